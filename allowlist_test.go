@@ -1,0 +1,160 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseAllowlist(t *testing.T) {
+	in := `# comment
+api.example.com
+  *.cdn.example.com   # trailing comment
+
+Example.ORG.
+example.org
+git.example.net:22
+git.example.net:2222
+bücher.example
+example.com:443
+`
+	got, err := parseAllowlistFrom(strings.NewReader(in), "hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range got {
+		names = append(names, e.String())
+	}
+	want := "*.cdn.example.com api.example.com example.com example.org git.example.net:22 git.example.net:2222 xn--bcher-kva.example"
+	if strings.Join(names, " ") != want {
+		t.Fatalf("entries = %q\nwant      %q", strings.Join(names, " "), want)
+	}
+}
+
+func TestParseAllowlistEmptyIsValid(t *testing.T) {
+	got, err := parseAllowlistFrom(strings.NewReader("# nothing allowed\n\n"), "hosts")
+	if err != nil || len(got) != 0 {
+		t.Fatalf("got %v, %v; want no entries and no error", got, err)
+	}
+}
+
+func TestParseAllowlistRejects(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"10.0.0.1", "IP addresses are not allowed"},
+		{"10.0.0.1:22", "IP addresses are not allowed"},
+		{"[::1]:443", "IP addresses are not allowed"},
+		{"::1", "IP addresses are not allowed"},
+		{"1.2.3", "IP addresses are not allowed"},
+		{"example.com:0", "not a number from 1 to 65535"},
+		{"example.com:65536", "not a number from 1 to 65535"},
+		{"example.com:ssh", "not a number from 1 to 65535"},
+		{"example.com:", "not a number from 1 to 65535"},
+		{"*.bad*.test", `"*" may only stand alone`},
+		{"a*.example.com", `"*" may only stand alone`},
+		{"*", `"*" may only stand alone`},
+		{"*.*.example.com", `"*" may only stand alone`},
+		{"*.com", "whole top-level domain"},
+		{"*.example.com:22", "wildcard entry covers TLS on port 443 only"},
+		{"a..example.com", "empty label"},
+		{".example.com", "empty label"},
+		{"-a.example.com", "starts or ends with '-'"},
+		{"a_b.example.com", "host names use letters"},
+		{strings.Repeat("a", 64) + ".example.com", "longer than 63"},
+		{strings.Repeat("abcdefghi.", 26) + "com", "longer than 253"},
+		{"https://example.com/", "not a URL"},
+		{"example.com/path", "not a URL"},
+		{"example.com other.com", "one entry per line"},
+		{".", "empty host name"},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			_, err := parseAllowlistFrom(strings.NewReader("ok.example.com\n"+tc.line+"\n"), "/cfg/allowed-hosts")
+			if err == nil {
+				t.Fatalf("%q accepted", tc.line)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "/cfg/allowed-hosts: line 2: ") || !strings.Contains(msg, tc.want) {
+				t.Fatalf("error %q does not name the file, line 2 and %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseAllowlistReportsEveryBadLine(t *testing.T) {
+	_, err := parseAllowlistFrom(strings.NewReader("1.2.3.4\ngood.example\n*.x*.example\n"), "f")
+	if err == nil || !strings.Contains(err.Error(), "f: line 1:") || !strings.Contains(err.Error(), "f: line 3:") {
+		t.Fatalf("want both bad lines reported, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "fix or remove the line") {
+		t.Fatalf("error has no hint: %v", err)
+	}
+}
+
+func TestDefaultAllowlistParses(t *testing.T) {
+	entries, err := parseAllowlistFrom(strings.NewReader(string(defaultAllowlist)), "allowed-hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, e := range entries {
+		have[e.String()] = true
+	}
+	for _, need := range []string{"api.anthropic.com", "github.com", "github.com:22", "registry.npmjs.org", "pypi.org", "proxy.golang.org", "crates.io"} {
+		if !have[need] {
+			t.Errorf("default allowlist lacks %s", need)
+		}
+	}
+	for _, line := range strings.Split(string(defaultAllowlist), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") && !strings.Contains(l, "#") {
+			t.Errorf("default entry %q has no comment saying why", l)
+		}
+	}
+}
+
+func TestParseAllowlistFileErrors(t *testing.T) {
+	if _, err := parseAllowlist(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "cannot read allowlist") {
+		t.Fatalf("missing file: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(p, []byte("good.example\nbad..example\n"), 0o644)
+	if _, err := parseAllowlist(p); err == nil || !strings.Contains(err.Error(), p+": line 2:") {
+		t.Fatalf("bad file: %v", err)
+	}
+}
+
+// FuzzParseAllowlist checks that whatever parses renders to lines that parse
+// to the same entries, and that no entry can smuggle config syntax.
+func FuzzParseAllowlist(f *testing.F) {
+	for _, s := range []string{"example.com", "*.example.com", "a.example:22", "bücher.example", "1.2.3.4", "#x\n\n a.b ", "x;y.example", "a.example\nb.example:8443"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		entries, err := parseAllowlistFrom(strings.NewReader(in), "fuzz")
+		if err != nil {
+			return
+		}
+		var lines []string
+		for _, e := range entries {
+			s := e.String()
+			if strings.ContainsAny(s, " \t\n;{}$\"'#/\\") {
+				t.Fatalf("entry %q carries config syntax", s)
+			}
+			if e.Port < 1 || e.Port > 65535 {
+				t.Fatalf("entry %q has port %d", s, e.Port)
+			}
+			lines = append(lines, s)
+		}
+		again, err := parseAllowlistFrom(strings.NewReader(strings.Join(lines, "\n")), "fuzz")
+		if err != nil {
+			t.Fatalf("rendered entries do not parse: %v", err)
+		}
+		if len(again) != len(entries) {
+			t.Fatalf("round trip changed %v into %v", entries, again)
+		}
+		for i := range again {
+			if again[i] != entries[i] {
+				t.Fatalf("round trip changed %v into %v", entries[i], again[i])
+			}
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// run builds the command tree and returns the process exit code.
+func run(ctx context.Context, args []string) int {
+	code := 0
+	root := newRootCommand(ctx, &code)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		return 1
+	}
+	return code
+}
+
+func newRootCommand(ctx context.Context, code *int) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "agent-sandbox [--exec CMD [ARGS...]] [claude args...]",
+		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
+		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
+podman sandbox. The current directory is mounted at the same path; the only
+way out is a per-session router that answers and forwards the hosts named in
+the allowlist.`,
+		Example: `  agent-sandbox                      # claude in the current directory
+  agent-sandbox --resume             # arguments go to claude
+  agent-sandbox --exec bash          # a shell in the sandbox
+  agent-sandbox version`,
+		Args: cobra.ArbitraryArgs,
+		// Every argument belongs to claude or to the --exec command.
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		SilenceErrors:      true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+				return cmd.Help()
+			}
+			*code = launch(ctx, args)
+			return nil
+		},
+	}
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			v := version
+			if commit != "" {
+				v += " (" + commit + ")"
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), v)
+		},
+	})
+	return root
+}

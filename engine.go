@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/api/handlers"
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/network"
+	"github.com/containers/podman/v5/pkg/bindings/pods"
+	"github.com/containers/podman/v5/pkg/bindings/volumes"
+	entities "github.com/containers/podman/v5/pkg/domain/entities/types"
+	"github.com/containers/podman/v5/pkg/specgen"
+	"go.podman.io/common/libnetwork/types"
+	"golang.org/x/term"
+)
+
+// engine is what a session needs from podman. The real one talks to a
+// private API service; tests use a recording fake.
+type engine interface {
+	NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error)
+	NetworkRemove(ctx context.Context, name string) error
+	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
+	ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error
+	ContainerStart(ctx context.Context, name string) error
+	// ContainerExec runs cmd in a running container and returns its exit code.
+	ContainerExec(ctx context.Context, name string, cmd []string) (int, error)
+	// ContainerLogs returns the last lines of a container's output, for errors.
+	ContainerLogs(ctx context.Context, name string, lines int) string
+	// ContainerRun attaches the terminal, starts the container and waits for
+	// it; it returns the container's exit code.
+	ContainerRun(ctx context.Context, name string, tty bool) (int, error)
+	ContainerStop(ctx context.Context, name string, timeout time.Duration) error
+	ContainerRemove(ctx context.Context, name string) error
+	PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error
+	PodRemove(ctx context.Context, name string) error
+}
+
+// minPodman is the oldest podman service the session steps were proven on.
+const minPodman = "4.3.0"
+
+// podmanEngine implements engine with the podman v5 bindings. Every method
+// takes the connection context that startService returned (or one derived
+// from it).
+type podmanEngine struct{}
+
+// startService runs a private `podman system service` on a socket in dir and
+// connects to it. The returned stop func is never nil and must be called
+// even on error.
+func startService(dir string) (context.Context, engine, func(), error) {
+	sock := filepath.Join(dir, "podman.sock")
+	podman := envOr("AGENT_SANDBOX_PODMAN", "podman")
+	cmd := exec.Command(podman, "system", "service", "--time=0", "unix://"+sock)
+	var stderr strings.Builder
+	cmd.Stderr = &limitedWriter{w: &stderr, n: 4096}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// A terminal's Ctrl-C goes to the foreground process group; the
+		// service must outlive it so that teardown can still talk to it.
+		Setpgid: true,
+		// If the launcher is killed, the service must not linger.
+		Pdeathsig: syscall.SIGTERM,
+	}
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return nil, nil, func() {}, fmt.Errorf("podman not found: install podman %s or newer (for example: apt-get install podman)", minPodman)
+		}
+		return nil, nil, func() {}, fmt.Errorf("cannot start the podman service: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = os.Remove(sock)
+	}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			conn, err := bindings.NewConnection(context.Background(), "unix://"+sock)
+			if err == nil {
+				if err := checkServiceVersion(conn); err != nil {
+					return nil, nil, stop, err
+				}
+				return conn, podmanEngine{}, stop, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, nil, stop, fmt.Errorf("cannot connect to the podman service: %w", err)
+			}
+		}
+		select {
+		case <-exited:
+			return nil, nil, stop, fmt.Errorf("the podman service exited: %s", strings.TrimSpace(stderr.String()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, nil, stop, errors.New("the podman service did not start within 20s: check `podman info`")
+		}
+	}
+}
+
+func checkServiceVersion(conn context.Context) error {
+	v := bindings.ServiceVersion(conn)
+	if v == nil {
+		return nil
+	}
+	if v.LT(semver.MustParse(minPodman)) {
+		return fmt.Errorf("podman %s is too old: agent-sandbox needs podman %s or newer", v, minPodman)
+	}
+	return nil
+}
+
+// limitedWriter keeps the first n bytes, enough for an error message.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+func (podmanEngine) NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error) {
+	if ignoreIfExists {
+		// Checking first spares podman 4, whose API may not know the
+		// ignoreIfExists option; a race with another session is caught below.
+		if r, err := network.Inspect(ctx, n.Name, nil); err == nil {
+			return r.Network, nil
+		}
+	}
+	r, err := network.Create(ctx, n)
+	if err != nil && ignoreIfExists {
+		// Another session may have created it in the meantime.
+		if ins, ierr := network.Inspect(ctx, n.Name, nil); ierr == nil {
+			return ins.Network, nil
+		}
+	}
+	if err != nil {
+		return r, fmt.Errorf("create network %s: %w", n.Name, err)
+	}
+	return r, nil
+}
+
+func (podmanEngine) NetworkRemove(ctx context.Context, name string) error {
+	_, err := network.Remove(ctx, name, new(network.RemoveOptions).WithForce(true))
+	return err
+}
+
+func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
+	if ok, err := volumes.Exists(ctx, name, nil); err == nil && ok {
+		return nil
+	}
+	_, err := volumes.Create(ctx, entities.VolumeCreateOptions{Name: name, Labels: labels}, nil)
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create volume %s: %w", name, err)
+	}
+	return nil
+}
+
+func (podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {
+	if _, err := containers.CreateWithSpec(ctx, s, nil); err != nil {
+		return fmt.Errorf("create container %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+func (podmanEngine) ContainerStart(ctx context.Context, name string) error {
+	if err := containers.Start(ctx, name, nil); err != nil {
+		return fmt.Errorf("start container %s: %w", name, err)
+	}
+	return nil
+}
+
+func (podmanEngine) ContainerExec(ctx context.Context, name string, cmd []string) (int, error) {
+	cfg := &handlers.ExecCreateConfig{}
+	cfg.Cmd = cmd
+	id, err := containers.ExecCreate(ctx, name, cfg)
+	if err != nil {
+		return -1, err
+	}
+	defer func() {
+		_ = containers.ExecRemove(context.WithoutCancel(ctx), id, new(containers.ExecRemoveOptions).WithForce(true))
+	}()
+	if err := containers.ExecStart(ctx, id, nil); err != nil {
+		return -1, err
+	}
+	for {
+		ins, err := containers.ExecInspect(ctx, id, nil)
+		if err != nil {
+			return -1, err
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (podmanEngine) ContainerLogs(ctx context.Context, name string, lines int) string {
+	out := make(chan string, 64)
+	done := make(chan error, 1)
+	opts := new(containers.LogOptions).WithStdout(true).WithStderr(true).WithTail(fmt.Sprint(lines))
+	go func() { done <- containers.Logs(ctx, name, opts, out, out); close(out) }()
+	var got []string
+	for l := range out {
+		got = append(got, strings.TrimRight(l, "\n"))
+	}
+	if err := <-done; err != nil && len(got) == 0 {
+		return fmt.Sprintf("(no logs: %v)", err)
+	}
+	if len(got) > lines {
+		got = got[len(got)-lines:]
+	}
+	return strings.Join(got, "\n")
+}
+
+func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (int, error) {
+	attachOpts := new(containers.AttachOptions).WithStream(true).WithDetachKeys("")
+	attachErr := make(chan error, 1)
+	ready := make(chan bool, 1)
+	var stderr io.Writer = os.Stderr
+	if tty {
+		stderr = nil
+	}
+	go func() { attachErr <- containers.Attach(ctx, name, os.Stdin, os.Stdout, stderr, ready, attachOpts) }()
+	select {
+	case <-ready:
+	case err := <-attachErr:
+		return -1, fmt.Errorf("attach to %s: %w", name, err)
+	}
+	if err := containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys("")); err != nil {
+		return -1, fmt.Errorf("start container %s: %w", name, err)
+	}
+	if tty {
+		// Attach sized the terminal before the start, when there was none.
+		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
+		}
+	}
+	code, err := containers.Wait(ctx, name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+	if err != nil {
+		return -1, fmt.Errorf("wait for %s: %w", name, err)
+	}
+	// Let the last output drain before teardown closes the stream.
+	select {
+	case <-attachErr:
+	case <-time.After(2 * time.Second):
+	}
+	return int(code), nil
+}
+
+func (podmanEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
+	return containers.Stop(ctx, name, new(containers.StopOptions).WithTimeout(uint(timeout.Seconds())).WithIgnore(true))
+}
+
+func (podmanEngine) ContainerRemove(ctx context.Context, name string) error {
+	_, err := containers.Remove(ctx, name, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithTimeout(0))
+	return err
+}
+
+func (podmanEngine) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error {
+	if _, err := pods.CreatePodFromSpec(ctx, &entities.PodSpec{PodSpecGen: *p}); err != nil {
+		return fmt.Errorf("create pod %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+func (podmanEngine) PodRemove(ctx context.Context, name string) error {
+	_, err := pods.Remove(ctx, name, new(pods.RemoveOptions).WithForce(true).WithTimeout(0))
+	return err
+}

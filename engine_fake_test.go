@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/specgen"
+	"go.podman.io/common/libnetwork/types"
+)
+
+// fakeEngine records every call as "Method arg" and can fail one of them.
+type fakeEngine struct {
+	calls []string
+	// failOn makes the call with this exact record fail.
+	failOn string
+	// notReady makes every readiness probe fail.
+	notReady bool
+	// runCode is what the agent exits with; runHook runs inside ContainerRun.
+	runCode int
+	runHook func(ctx context.Context) error
+
+	networks   map[string]*types.Network
+	containers map[string]*specgen.SpecGenerator
+	pods       map[string]*specgen.PodSpecGenerator
+}
+
+var errFake = errors.New("fake podman failure")
+
+func newFakeEngine() *fakeEngine {
+	return &fakeEngine{
+		networks:   map[string]*types.Network{},
+		containers: map[string]*specgen.SpecGenerator{},
+		pods:       map[string]*specgen.PodSpecGenerator{},
+	}
+}
+
+func (f *fakeEngine) record(method, arg string) error {
+	c := method + " " + arg
+	f.calls = append(f.calls, c)
+	if c == f.failOn {
+		return fmt.Errorf("%s: %w", c, errFake)
+	}
+	return nil
+}
+
+func (f *fakeEngine) NetworkCreate(_ context.Context, n *types.Network, _ bool) (types.Network, error) {
+	if err := f.record("NetworkCreate", n.Name); err != nil {
+		return types.Network{}, err
+	}
+	out := *n
+	subnet, _ := types.ParseCIDR("10.89.7.0/24")
+	out.Subnets = []types.Subnet{{Subnet: subnet}}
+	f.networks[n.Name] = n
+	return out, nil
+}
+
+func (f *fakeEngine) NetworkRemove(_ context.Context, name string) error {
+	return f.record("NetworkRemove", name)
+}
+
+func (f *fakeEngine) VolumeCreate(_ context.Context, name string, _ map[string]string) error {
+	return f.record("VolumeCreate", name)
+}
+
+func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator) error {
+	if err := f.record("ContainerCreate", s.Name); err != nil {
+		return err
+	}
+	f.containers[s.Name] = s
+	return nil
+}
+
+func (f *fakeEngine) ContainerStart(_ context.Context, name string) error {
+	return f.record("ContainerStart", name)
+}
+
+func (f *fakeEngine) ContainerExec(_ context.Context, name string, cmd []string) (int, error) {
+	if err := f.record("ContainerExec", name+" "+strings.Join(cmd, " ")); err != nil {
+		return -1, err
+	}
+	if f.notReady {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (f *fakeEngine) ContainerLogs(_ context.Context, name string, _ int) string {
+	_ = f.record("ContainerLogs", name)
+	return "nginx: [emerg] fake log line"
+}
+
+func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ bool) (int, error) {
+	if err := f.record("ContainerRun", name); err != nil {
+		return -1, err
+	}
+	if f.runHook != nil {
+		if err := f.runHook(ctx); err != nil {
+			return -1, err
+		}
+	}
+	return f.runCode, nil
+}
+
+func (f *fakeEngine) ContainerStop(_ context.Context, name string, _ time.Duration) error {
+	return f.record("ContainerStop", name)
+}
+
+func (f *fakeEngine) ContainerRemove(_ context.Context, name string) error {
+	return f.record("ContainerRemove", name)
+}
+
+func (f *fakeEngine) PodCreate(_ context.Context, p *specgen.PodSpecGenerator) error {
+	if err := f.record("PodCreate", p.Name); err != nil {
+		return err
+	}
+	f.pods[p.Name] = p
+	return nil
+}
+
+func (f *fakeEngine) PodRemove(_ context.Context, name string) error {
+	return f.record("PodRemove", name)
+}

@@ -1,0 +1,219 @@
+// forwarder runs inside the agent's pod and relays connections made to
+// loopback addresses on to the session's router, the pod's only way out.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// dialTimeout bounds how long a client waits when the router is unreachable.
+const dialTimeout = 5 * time.Second
+
+type forward struct {
+	listen netip.AddrPort
+	target netip.AddrPort
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	forwards, err := parseForwards(os.Getenv("FORWARDS"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "forwarder: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, forwards); err != nil {
+		fmt.Fprintf(os.Stderr, "forwarder: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseForwards reads FORWARDS: whitespace-separated LISTEN_IP:PORT=TARGET_IP:PORT.
+func parseForwards(s string) ([]forward, error) {
+	var out []forward
+	seen := map[netip.AddrPort]bool{}
+	for _, pair := range strings.Fields(s) {
+		f, err := parseForward(pair)
+		if err != nil {
+			return nil, fmt.Errorf("bad FORWARDS pair %q: %w", pair, err)
+		}
+		if seen[f.listen] {
+			return nil, fmt.Errorf("bad FORWARDS pair %q: duplicate listen address %s (each listen address may appear once)", pair, f.listen)
+		}
+		seen[f.listen] = true
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func parseForward(pair string) (forward, error) {
+	listen, target, ok := strings.Cut(pair, "=")
+	if !ok {
+		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT)")
+	}
+	l, err := parseAddrPort("listen", listen)
+	if err != nil {
+		return forward{}, err
+	}
+	if !l.Addr().IsLoopback() {
+		return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
+	}
+	t, err := parseAddrPort("target", target)
+	if err != nil {
+		return forward{}, err
+	}
+	return forward{listen: l, target: t}, nil
+}
+
+// parseAddrPort is stricter than netip.ParseAddrPort so that the error says
+// which half of IP:PORT is wrong.
+func parseAddrPort(what, s string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad %s address %q: want IP:PORT ([IP]:PORT for IPv6)", what, s)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("bad %s IP %q: want a literal IPv4 or IPv6 address", what, host)
+	}
+	p, err := parsePort(port)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad %s port %q: want 1-65535", what, port)
+	}
+	return netip.AddrPortFrom(ip, p), nil
+}
+
+func parsePort(s string) (uint16, error) {
+	if s == "" || len(s) > 5 {
+		return 0, errors.New("bad port")
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, errors.New("bad port")
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n < 1 || n > 65535 {
+		return 0, errors.New("bad port")
+	}
+	return uint16(n), nil
+}
+
+type listener struct {
+	ln     *net.TCPListener
+	target netip.AddrPort
+}
+
+// serve listens on every forward before relaying any, so a bad address fails
+// the start rather than leaving a half-working pod.
+func serve(ctx context.Context, forwards []forward) error {
+	ls, err := listenAll(forwards)
+	if err != nil {
+		return err
+	}
+	for _, l := range ls {
+		fmt.Fprintf(os.Stderr, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.target)
+	}
+	relayAll(ctx, ls)
+	return nil
+}
+
+func listenAll(forwards []forward) ([]listener, error) {
+	var ls []listener
+	for _, f := range forwards {
+		ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.listen))
+		if err != nil {
+			for _, l := range ls {
+				_ = l.ln.Close()
+			}
+			return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
+		}
+		ls = append(ls, listener{ln: ln, target: f.target})
+	}
+	return ls, nil
+}
+
+// relayAll serves until ctx ends, then closes the listeners and every open
+// relay, and returns once they are all gone.
+func relayAll(ctx context.Context, ls []listener) {
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		stop := context.AfterFunc(ctx, func() { _ = l.ln.Close() })
+		wg.Go(func() {
+			defer stop()
+			acceptLoop(ctx, l, &wg)
+		})
+	}
+	<-ctx.Done()
+	wg.Wait()
+}
+
+func acceptLoop(ctx context.Context, l listener, wg *sync.WaitGroup) {
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := l.ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return
+			}
+			// Out of file descriptors and the like: wait for relays to end
+			// instead of spinning.
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		wg.Go(func() { relay(ctx, c, l.target) })
+	}
+}
+
+func relay(ctx context.Context, client *net.TCPConn, target netip.AddrPort) {
+	d := net.Dialer{Timeout: dialTimeout}
+	c, err := d.DialContext(ctx, "tcp", target.String())
+	if err != nil {
+		// A reset tells the client the connection failed, not that the
+		// server had nothing to say.
+		_ = client.SetLinger(0)
+		_ = client.Close()
+		return
+	}
+	upstream := c.(*net.TCPConn)
+	closeBoth := func() {
+		_ = client.Close()
+		_ = upstream.Close()
+	}
+	defer context.AfterFunc(ctx, closeBoth)()
+	var wg sync.WaitGroup
+	wg.Go(func() { pipe(upstream, client, closeBoth) })
+	wg.Go(func() { pipe(client, upstream, closeBoth) })
+	wg.Wait()
+	closeBoth()
+}
+
+// pipe copies src to dst. io.Copy between two *net.TCPConn lets the kernel
+// splice. A clean EOF is passed on as a half-close; an error aborts both
+// directions, since the other one may otherwise wait forever.
+func pipe(dst, src *net.TCPConn, abort func()) {
+	if _, err := io.Copy(dst, src); err != nil {
+		abort()
+		return
+	}
+	_ = dst.CloseWrite()
+}

@@ -1,0 +1,44 @@
+// agent-sandbox runs Claude Code, or any command, in a rootless podman
+// sandbox whose only way out is a per-session router that answers and
+// forwards allowlisted hosts.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version and registry are set at build time with -ldflags -X. A dev build
+// uses images built locally; a release build pulls its tagged images.
+var (
+	version  = "dev"
+	commit   = ""
+	registry = ""
+)
+
+//go:embed allowed-hosts
+var defaultAllowlist []byte
+
+func main() {
+	// A closed stdout must end the session through teardown, not kill us.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func warn(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "agent-sandbox: "+format+"\n", a...)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

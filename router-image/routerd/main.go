@@ -1,0 +1,159 @@
+// routerd is the router container's entrypoint: it runs the upstream DNS
+// filter that nginx resolves through, and supervises dnsmasq and nginx.
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	defaultDNSListen  = "127.0.0.1:5353"
+	defaultConfigDir  = "/etc/router"
+	defaultResolvConf = "/etc/resolv.conf"
+	stopGrace         = 2 * time.Second
+)
+
+type config struct {
+	dnsListen string
+	upstreams []netip.AddrPort
+	allow     []netip.Prefix
+	children  []child
+}
+
+func main() {
+	cfg, err := configFromEnv(os.Getenv, defaultResolvConf, defaultConfigDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "routerd: %v\n", err)
+		os.Exit(2)
+	}
+	os.Exit(runUntilSignal(cfg))
+}
+
+func runUntilSignal(cfg config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return run(ctx, cfg, os.Stdout, os.Stderr)
+}
+
+func defaultChildren(configDir string) []child {
+	return []child{
+		{"dnsmasq", []string{"dnsmasq", "--keep-in-foreground", "--conf-file=" + filepath.Join(configDir, "dnsmasq.conf")}},
+		{"nginx", []string{"nginx", "-c", filepath.Join(configDir, "nginx.conf")}},
+	}
+}
+
+func configFromEnv(getenv func(string) string, resolvConf, configDir string) (config, error) {
+	allow, err := parseAllow(getenv("UPSTREAM_ALLOW"))
+	if err != nil {
+		return config{}, err
+	}
+	upstreams, err := parseUpstreams(getenv("UPSTREAM_DNS"))
+	if err != nil {
+		return config{}, err
+	}
+	if len(upstreams) == 0 {
+		if upstreams, err = resolvConfServers(resolvConf); err != nil {
+			return config{}, err
+		}
+	}
+	if len(upstreams) == 0 {
+		return config{}, fmt.Errorf("no upstream DNS servers: set UPSTREAM_DNS or add nameserver lines to %s", resolvConf)
+	}
+	return config{
+		dnsListen: defaultDNSListen,
+		upstreams: upstreams,
+		allow:     allow,
+		children:  defaultChildren(configDir),
+	}, nil
+}
+
+// parseUpstreams reads UPSTREAM_DNS: comma-separated addresses, port 53
+// unless given as IP:PORT or [IPv6]:PORT.
+func parseUpstreams(s string) ([]netip.AddrPort, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []netip.AddrPort
+	for _, f := range strings.Split(s, ",") {
+		a, err := parseServer(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("bad UPSTREAM_DNS entry %q: want an IPv4 or IPv6 address such as 10.89.1.1", strings.TrimSpace(f))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func parseServer(s string) (netip.AddrPort, error) {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(ip, 53), nil
+	}
+	a, err := netip.ParseAddrPort(s)
+	if err == nil && a.Port() == 0 {
+		return a, fmt.Errorf("port 0")
+	}
+	return a, err
+}
+
+// resolvConfServers returns the nameservers of a resolv.conf file.
+func resolvConfServers(path string) ([]netip.AddrPort, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("no UPSTREAM_DNS and cannot read %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	var out []netip.AddrPort
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "nameserver" {
+			continue
+		}
+		ip, err := netip.ParseAddr(fields[1])
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad nameserver %q: set UPSTREAM_DNS instead", path, fields[1])
+		}
+		out = append(out, netip.AddrPortFrom(ip, 53))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// run starts the DNS filter before the children, since nginx resolves
+// through it, and returns the process exit code.
+func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
+	logger := log.New(stderr, "routerd: ", 0)
+	f := &filter{upstreams: cfg.upstreams, allow: cfg.allow, timeout: upstreamTimeout, log: logger}
+	srv, err := listenDNS(f, cfg.dnsListen)
+	if err != nil {
+		logger.Printf("dns filter: %v", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.serve(ctx); err != nil {
+			stopped <- err
+		}
+	}()
+	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger}
+	code := s.run(ctx, stopped)
+	cancel()
+	<-served
+	return code
+}

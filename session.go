@@ -1,0 +1,509 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+	"go.podman.io/common/libnetwork/types"
+	"golang.org/x/term"
+)
+
+const (
+	egressNet = "agent-sandbox-egress"
+	// labelSession marks every object of a session, so that listing and
+	// cleanup touch only ours; labelOwner is the launcher's pid.
+	labelSession = "agent-sandbox.session"
+	labelOwner   = "agent-sandbox.owner-pid"
+	// teardownTimeout bounds cleanup after a signal or an error.
+	teardownTimeout = 30 * time.Second
+	// agentStopTimeout is how long the agent gets to exit on its own.
+	agentStopTimeout = 3 * time.Second
+)
+
+// Exit codes besides the agent's own.
+const (
+	exitRefused = 1   // the launcher refused to start
+	exitPodman  = 125 // podman or its API failed, as `podman run` reports it
+	exitSignal  = 130 // a signal ended the session
+)
+
+func imageNames() (string, string) {
+	img, router := "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
+	if version != "dev" && registry != "" {
+		img, router = registry+"/agent-sandbox:"+version, registry+"/agent-sandbox-router:"+version
+	}
+	return envOr("AGENT_SANDBOX_IMAGE", img), envOr("AGENT_SANDBOX_ROUTER_IMAGE", router)
+}
+
+func configDir() string {
+	return filepath.Join(envOr("XDG_CONFIG_HOME", filepath.Join(os.Getenv("HOME"), ".config")), "agent-sandbox")
+}
+
+func allowlistPath() string {
+	return envOr("AGENT_SANDBOX_ALLOWLIST", filepath.Join(configDir(), "allowed-hosts"))
+}
+
+// sessionConfig is everything a session needs that comes from the user's
+// environment, checked before anything is created.
+type sessionConfig struct {
+	name          string
+	launchDir     string
+	tmp           string // mounted read-only into the router
+	entries       []entry
+	cmd           []string
+	tty           bool
+	upstreamDNS   string
+	upstreamAllow string
+}
+
+// launch runs one session and returns the process exit code.
+func launch(ctx context.Context, args []string) int {
+	cmd := append([]string{"claude"}, args...)
+	if len(args) > 0 && args[0] == "--exec" {
+		cmd = args[1:]
+		if len(cmd) == 0 {
+			warn("--exec needs a command, as in: agent-sandbox --exec bash")
+			return exitRefused
+		}
+	}
+	cfg, err := prepare(cmd)
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+
+	runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
+	if runtimeDir == "" {
+		warn("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
+		return exitRefused
+	}
+	tmp, err := os.MkdirTemp(runtimeDir, cfg.name+".")
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	cfg.tmp = tmp
+	// The API socket lives apart from tmp, which is mounted into the router.
+	apiDir, err := os.MkdirTemp(runtimeDir, cfg.name+"-api.")
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	defer func() { _ = os.RemoveAll(apiDir) }()
+
+	conn, eng, stopService, err := startService(apiDir)
+	defer stopService()
+	if err != nil {
+		warn("%v", err)
+		if ctx.Err() != nil {
+			return exitSignal
+		}
+		return exitPodman
+	}
+
+	opCtx, cancel := context.WithCancel(conn)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	code := runSession(opCtx, eng, cfg)
+	if ctx.Err() != nil {
+		return exitSignal
+	}
+	return code
+}
+
+// prepare checks the launch directory and the allowlist and names the
+// session. Nothing is created in podman before it succeeds.
+func prepare(cmd []string) (sessionConfig, error) {
+	cfg := sessionConfig{cmd: cmd}
+	pwd, err := os.Getwd()
+	if err != nil {
+		return cfg, fmt.Errorf("cannot find the current directory: %w", err)
+	}
+	if strings.Contains(pwd, ":") {
+		return cfg, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", pwd)
+	}
+	allowlist := allowlistPath()
+	if err := checkLaunchDir(pwd, allowlist); err != nil {
+		return cfg, err
+	}
+	if err := ensureAllowlist(allowlist); err != nil {
+		return cfg, err
+	}
+	if cfg.entries, err = parseAllowlist(allowlist); err != nil {
+		return cfg, err
+	}
+	if cfg.upstreamDNS, err = parseAddrList("AGENT_SANDBOX_UPSTREAM_DNS"); err != nil {
+		return cfg, err
+	}
+	if cfg.upstreamAllow, err = parsePrefixList("AGENT_SANDBOX_UPSTREAM_ALLOW"); err != nil {
+		return cfg, err
+	}
+	cfg.launchDir = pwd
+	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	cfg.name = fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	return cfg, nil
+}
+
+// parseAddrList checks a comma-separated list of IP addresses in env.
+func parseAddrList(env string) (string, error) {
+	var out []string
+	for _, f := range splitList(os.Getenv(env)) {
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return "", fmt.Errorf("%s: %q is not an IP address (use a comma-separated list such as 10.0.0.53,10.0.0.54)", env, f)
+		}
+		out = append(out, a.String())
+	}
+	return strings.Join(out, ","), nil
+}
+
+// parsePrefixList checks a comma-separated list of CIDRs in env.
+func parsePrefixList(env string) (string, error) {
+	var out []string
+	for _, f := range splitList(os.Getenv(env)) {
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return "", fmt.Errorf("%s: %q is not a CIDR (use a comma-separated list such as 10.20.0.0/16)", env, f)
+		}
+		out = append(out, p.Masked().String())
+	}
+	return strings.Join(out, ","), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// fail reports a podman API error with podman's own exit code for it.
+func fail(err error) int {
+	warn("%v", err)
+	return exitPodman
+}
+
+func sessionLabels(name string) map[string]string {
+	return map[string]string{labelSession: name, labelOwner: strconv.Itoa(os.Getpid())}
+}
+
+// runSession creates the session's network, router and pod, runs the agent
+// and removes all of it again. It returns the process exit code.
+func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
+	image, routerImage := imageNames()
+	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
+	session := cfg.name
+	router := session + "-router"
+	agent := session + "-claude"
+	labels := sessionLabels(session)
+	agentStarted := false
+
+	// Teardown runs on a context of its own: the one given may have been
+	// cancelled by the signal that ends the session.
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		defer cancel()
+		if agentStarted && ctx.Err() != nil {
+			_ = eng.ContainerStop(tctx, agent, agentStopTimeout)
+		}
+		_ = eng.PodRemove(tctx, session)
+		_ = eng.ContainerRemove(tctx, router)
+		_ = eng.NetworkRemove(tctx, session)
+	}()
+
+	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egressNet, Driver: "bridge", DNSEnabled: true,
+		Labels: map[string]string{"agent-sandbox.shared": "true"}}, true); err != nil {
+		return fail(err)
+	}
+	if err := eng.VolumeCreate(ctx, homeVolume, map[string]string{"agent-sandbox.shared": "true"}); err != nil {
+		return fail(err)
+	}
+	n, err := eng.NetworkCreate(ctx, &types.Network{Name: session, Driver: "bridge", Internal: true, Labels: labels}, false)
+	if err != nil {
+		return fail(err)
+	}
+	routerIP, err := routerAddress(n)
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+
+	dnsmasq, nginx, forwards, err := routerConfig(cfg.entries, routerIP.String())
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	if err := writeRouterConfig(cfg.tmp, map[string]string{"dnsmasq.conf": dnsmasq, "nginx.conf": nginx}); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+
+	yes := true
+	r := newSpec(routerImage, router, labels)
+	r.Remove = &yes
+	// routerd is not an init; something must reap dnsmasq's helpers.
+	r.Init = &yes
+	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	r.Networks = map[string]types.PerNetworkOptions{
+		session:   {StaticIPs: []net.IP{routerIP.AsSlice()}},
+		egressNet: {},
+	}
+	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "Z"}}}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow}
+	if err := eng.ContainerCreate(ctx, r); err != nil {
+		return fail(err)
+	}
+	if err := eng.ContainerStart(ctx, router); err != nil {
+		return fail(err)
+	}
+	if err := waitPort(ctx, eng, router, routerIP.String(), "443"); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+
+	// The pod owns the netns, DNS and hosts file; the agent only joins it.
+	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+	if err != nil {
+		return fail(err)
+	}
+	p := &specgen.PodSpecGenerator{}
+	p.Name = session
+	p.Labels = labels
+	p.Hostname = "agent-sandbox"
+	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	p.Networks = map[string]types.PerNetworkOptions{session: {}}
+	p.DNSServer = []net.IP{routerIP.AsSlice()}
+	p.NoManageHosts = true
+	p.Userns = userns
+	if err := eng.PodCreate(ctx, p); err != nil {
+		return fail(err)
+	}
+
+	// Loopback forwarders live in their own container, so the agent can
+	// neither see, signal nor replace them.
+	forwarder := session + "-forwarder"
+	f := newSpec(routerImage, forwarder, labels)
+	f.Pod = session
+	f.User = "0:0"
+	f.ReadOnlyFilesystem = &yes
+	f.ReadWriteTmpfs = &yes
+	f.CapDrop = []string{"all"}
+	f.CapAdd = []string{"NET_BIND_SERVICE"}
+	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
+	f.Env = map[string]string{"FORWARDS": forwards}
+	if err := eng.ContainerCreate(ctx, f); err != nil {
+		return fail(err)
+	}
+	if err := eng.ContainerStart(ctx, forwarder); err != nil {
+		return fail(err)
+	}
+	if err := waitPort(ctx, eng, forwarder, "127.0.0.1", "443"); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+
+	// The agent runs unprivileged; podman's default bounding set stays,
+	// minus what could touch the network, so nested containers work.
+	c := newSpec(image, agent, labels)
+	c.Remove = &yes
+	c.Stdin = &yes
+	c.Terminal = &cfg.tty
+	c.Init = &yes
+	c.Pod = session
+	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
+	c.SelinuxOpts = []string{"disable"}
+	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
+	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
+	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
+	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
+	c.WorkDir = cfg.launchDir
+	c.Env = map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_TMPDIR": "/var/tmp"}
+	c.Command = cfg.cmd
+	if err := eng.ContainerCreate(ctx, c); err != nil {
+		return fail(err)
+	}
+	agentStarted = true
+	code, err = eng.ContainerRun(ctx, agent, cfg.tty)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitSignal
+		}
+		return fail(err)
+	}
+	return code
+}
+
+// routerAddress is .2 of the session network's /24: .1 is the gateway.
+func routerAddress(n types.Network) (netip.Addr, error) {
+	if len(n.Subnets) != 1 {
+		return netip.Addr{}, fmt.Errorf("session network %s has %d subnets, want one /24", n.Name, len(n.Subnets))
+	}
+	pfx, err := netip.ParsePrefix(n.Subnets[0].Subnet.String())
+	if err != nil || !pfx.Addr().Is4() || pfx.Bits() != 24 {
+		return netip.Addr{}, fmt.Errorf("session network %s has subnet %s, want an IPv4 /24 (check default_subnet_pools in containers.conf)", n.Name, n.Subnets[0].Subnet.String())
+	}
+	return pfx.Masked().Addr().Next().Next(), nil
+}
+
+func writeRouterConfig(dir string, files map[string]string) error {
+	for name, body := range files {
+		f := filepath.Join(dir, name)
+		// The router reads as another uid in its user namespace.
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			return err
+		}
+		if err := os.Chmod(f, 0o644); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(dir, 0o755)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// newSpec mirrors the `podman run` defaults that the API leaves to clients.
+func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerator {
+	s := specgen.NewSpecGenerator(image, false)
+	s.RawImageName = image
+	s.Name = name
+	s.Labels = labels
+	s.HTTPProxy = ptr(true)
+	s.SdNotifyMode = define.SdNotifyModeContainer
+	return s
+}
+
+// readyTimeout bounds the wait for the router and the forwarder.
+var readyTimeout = 5 * time.Second
+
+// waitPort waits until something in container accepts TCP on ip:port.
+func waitPort(ctx context.Context, eng engine, container, ip, port string) error {
+	for deadline := time.Now().Add(readyTimeout); time.Now().Before(deadline); {
+		if code, err := eng.ContainerExec(ctx, container, []string{"nc", "-z", ip, port}); err == nil && code == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not start; its last log lines:\n%s", container, eng.ContainerLogs(context.WithoutCancel(ctx), container, 10))
+}
+
+// ensureAllowlist seeds a missing allowlist from the packaged default.
+func ensureAllowlist(path string) error {
+	fi, err := os.Stat(path)
+	if err == nil {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("allowlist %s is not a regular file; replace it with one", path)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cannot read allowlist: %w", err)
+	}
+	src := defaultAllowlist
+	if exe, err := os.Executable(); err == nil {
+		for _, p := range []string{filepath.Join(filepath.Dir(exe), "allowed-hosts"), "/usr/share/agent-sandbox/allowed-hosts"} {
+			if b, err := os.ReadFile(p); err == nil {
+				src = b
+				break
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("cannot create the allowlist: %w", err)
+	}
+	// O_EXCL: never overwrite a list another session created meanwhile.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cannot create the allowlist: %w", err)
+	}
+	if _, err := f.Write(src); err != nil {
+		f.Close()
+		return fmt.Errorf("cannot write the allowlist: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("cannot write the allowlist: %w", err)
+	}
+	warn("created %s from the defaults; edit it to allow more hosts", path)
+	return nil
+}
+
+// checkLaunchDir refuses launch directories that would mount $HOME, the
+// config or the allowlist read-write into the sandbox.
+func checkLaunchDir(pwd, allowlist string) error {
+	pwd = realpath(pwd)
+	if home := os.Getenv("HOME"); home != "" && inside(realpath(home), pwd) {
+		return fmt.Errorf("refusing to mount %s: it is or contains $HOME; start from a project directory", pwd)
+	}
+	for _, dir := range []string{configDir(), filepath.Dir(allowlist), filepath.Dir(realpath(allowlist))} {
+		if dir = realpath(dir); inside(dir, pwd) {
+			return fmt.Errorf("refusing to mount %s: it contains %s, which the agent must not change; start from a project directory", pwd, dir)
+		}
+	}
+	return nil
+}
+
+// inside reports whether path p is dir or lies under it.
+func inside(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// realpath resolves every symlink in p the way `realpath -m` does: parts
+// that do not exist are kept as written, and ".." steps back from the
+// resolved path, not the written one.
+func realpath(p string) string {
+	return resolvePath(p, 0)
+}
+
+func resolvePath(p string, depth int) string {
+	if !filepath.IsAbs(p) {
+		wd, _ := os.Getwd()
+		p = wd + "/" + p
+	}
+	parts := strings.Split(p, "/")
+	resolved := "/"
+	for i, part := range parts {
+		if part == "" || part == "." {
+			continue
+		}
+		if part == ".." {
+			resolved = filepath.Dir(resolved)
+			continue
+		}
+		next := filepath.Join(resolved, part)
+		if real, err := filepath.EvalSymlinks(next); err == nil {
+			resolved = real
+			continue
+		}
+		rest := strings.Join(parts[i+1:], "/")
+		// A dangling link still points somewhere: follow it by hand.
+		if target, err := os.Readlink(next); err == nil && depth < 40 {
+			if !filepath.IsAbs(target) {
+				target = resolved + "/" + target
+			}
+			return resolvePath(target+"/"+rest, depth+1)
+		}
+		return filepath.Join(next, rest)
+	}
+	return resolved
+}
