@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/api/handlers"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/network"
@@ -33,9 +33,9 @@ type engine interface {
 	NetworkRemove(ctx context.Context, name string) error
 	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
 	ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error
-	ContainerStart(ctx context.Context, name string) error
-	// ContainerExec runs cmd in a running container and returns its exit code.
-	ContainerExec(ctx context.Context, name string, cmd []string) (int, error)
+	// ContainerStartReady starts a container and waits until it prints a
+	// line containing ready; it fails if the container exits first.
+	ContainerStartReady(ctx context.Context, name, ready string) error
 	// ContainerLogs returns the last lines of a container's output, for errors.
 	ContainerLogs(ctx context.Context, name string, lines int) string
 	// ContainerRun attaches the terminal, starts the container and waits for
@@ -46,6 +46,9 @@ type engine interface {
 	PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error
 	PodRemove(ctx context.Context, name string) error
 }
+
+// errNotReady means a helper container started but never said it was ready.
+var errNotReady = errors.New("not ready")
 
 // minPodman is the oldest podman service the session steps were proven on.
 const minPodman = "4.3.0"
@@ -188,39 +191,47 @@ func (podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerato
 	return nil
 }
 
-func (podmanEngine) ContainerStart(ctx context.Context, name string) error {
+func (podmanEngine) ContainerStartReady(ctx context.Context, name, ready string) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, in := io.Pipe()
+	// Closing the reader ends Attach at its next write; the container
+	// itself keeps running.
+	defer out.Close()
+	attached := make(chan bool, 1)
+	attachErr := make(chan error, 1)
+	opts := new(containers.AttachOptions).WithStream(true)
+	go func() {
+		err := containers.Attach(actx, name, nil, in, in, attached, opts)
+		in.CloseWithError(err)
+		attachErr <- err
+	}()
+	select {
+	case <-attached:
+	case err := <-attachErr:
+		return fmt.Errorf("attach to %s: %w", name, err)
+	}
 	if err := containers.Start(ctx, name, nil); err != nil {
 		return fmt.Errorf("start container %s: %w", name, err)
 	}
-	return nil
-}
-
-func (podmanEngine) ContainerExec(ctx context.Context, name string, cmd []string) (int, error) {
-	cfg := &handlers.ExecCreateConfig{}
-	cfg.Cmd = cmd
-	id, err := containers.ExecCreate(ctx, name, cfg)
-	if err != nil {
-		return -1, err
-	}
-	defer func() {
-		_ = containers.ExecRemove(context.WithoutCancel(ctx), id, new(containers.ExecRemoveOptions).WithForce(true))
+	found := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), ready) {
+				found <- nil
+				return
+			}
+		}
+		found <- fmt.Errorf("%s exited before it was ready: %w", name, errNotReady)
 	}()
-	if err := containers.ExecStart(ctx, id, nil); err != nil {
-		return -1, err
-	}
-	for {
-		ins, err := containers.ExecInspect(ctx, id, nil)
-		if err != nil {
-			return -1, err
-		}
-		if !ins.Running {
-			return ins.ExitCode, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	select {
+	case err := <-found:
+		return err
+	case <-time.After(readyTimeout):
+		return fmt.Errorf("%s was not ready after %s: %w", name, readyTimeout, errNotReady)
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

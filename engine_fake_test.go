@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/specgen"
@@ -16,7 +15,7 @@ type fakeEngine struct {
 	calls []string
 	// failOn makes the call with this exact record fail.
 	failOn string
-	// notReady makes every readiness probe fail.
+	// notReady makes every helper container exit before it is ready.
 	notReady bool
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
 	runCode int
@@ -73,18 +72,14 @@ func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator
 	return nil
 }
 
-func (f *fakeEngine) ContainerStart(_ context.Context, name string) error {
-	return f.record("ContainerStart", name)
-}
-
-func (f *fakeEngine) ContainerExec(_ context.Context, name string, cmd []string) (int, error) {
-	if err := f.record("ContainerExec", name+" "+strings.Join(cmd, " ")); err != nil {
-		return -1, err
+func (f *fakeEngine) ContainerStartReady(_ context.Context, name, ready string) error {
+	if err := f.record("ContainerStartReady", name+" "+ready); err != nil {
+		return err
 	}
 	if f.notReady {
-		return 1, nil
+		return fmt.Errorf("%s exited before it was ready: %w", name, errNotReady)
 	}
-	return 0, nil
+	return nil
 }
 
 func (f *fakeEngine) ContainerLogs(_ context.Context, name string, _ int) string {

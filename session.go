@@ -254,8 +254,9 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	}
 
 	yes := true
+	// No auto-remove: if the router dies, its logs say why. Teardown
+	// removes it.
 	r := newSpec(routerImage, router, labels)
-	r.Remove = &yes
 	// routerd is not an init; something must reap dnsmasq's helpers.
 	r.Init = &yes
 	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
@@ -264,16 +265,12 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		egressNet: {},
 	}
 	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "Z"}}}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String()}
 	if err := eng.ContainerCreate(ctx, r); err != nil {
 		return fail(err)
 	}
-	if err := eng.ContainerStart(ctx, router); err != nil {
-		return fail(err)
-	}
-	if err := waitPort(ctx, eng, router, routerIP.String(), "443"); err != nil {
-		warn("%v", err)
-		return exitRefused
+	if code := startReady(ctx, eng, router, "routerd: ready"); code != 0 {
+		return code
 	}
 
 	// The pod owns the netns, DNS and hosts file; the agent only joins it.
@@ -309,12 +306,8 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	if err := eng.ContainerCreate(ctx, f); err != nil {
 		return fail(err)
 	}
-	if err := eng.ContainerStart(ctx, forwarder); err != nil {
-		return fail(err)
-	}
-	if err := waitPort(ctx, eng, forwarder, "127.0.0.1", "443"); err != nil {
-		warn("%v", err)
-		return exitRefused
+	if code := startReady(ctx, eng, forwarder, "forwarder: ready"); code != 0 {
+		return code
 	}
 
 	// The agent runs unprivileged; podman's default bounding set stays,
@@ -388,21 +381,23 @@ func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerato
 }
 
 // readyTimeout bounds the wait for the router and the forwarder.
-var readyTimeout = 5 * time.Second
+var readyTimeout = 10 * time.Second
 
-// waitPort waits until something in container accepts TCP on ip:port.
-func waitPort(ctx context.Context, eng engine, container, ip, port string) error {
-	for deadline := time.Now().Add(readyTimeout); time.Now().Before(deadline); {
-		if code, err := eng.ContainerExec(ctx, container, []string{"nc", "-z", ip, port}); err == nil && code == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+// startReady starts a helper container and waits for its ready line. A
+// helper that never gets ready is reported with its last log lines.
+func startReady(ctx context.Context, eng engine, name, ready string) int {
+	err := eng.ContainerStartReady(ctx, name, ready)
+	if err == nil {
+		return 0
 	}
-	return fmt.Errorf("%s did not start; its last log lines:\n%s", container, eng.ContainerLogs(context.WithoutCancel(ctx), container, 10))
+	if ctx.Err() != nil {
+		return exitSignal
+	}
+	if !errors.Is(err, errNotReady) {
+		return fail(err)
+	}
+	warn("%v; its last log lines:\n%s", err, eng.ContainerLogs(context.WithoutCancel(ctx), name, 10))
+	return exitRefused
 }
 
 // ensureAllowlist seeds a missing allowlist from the packaged default.

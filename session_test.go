@@ -38,12 +38,10 @@ var happyCalls = []string{
 	"VolumeCreate agent-sandbox-home",
 	"NetworkCreate " + testSession,
 	"ContainerCreate " + testSession + "-router",
-	"ContainerStart " + testSession + "-router",
-	"ContainerExec " + testSession + "-router nc -z 10.89.7.2 443",
+	"ContainerStartReady " + testSession + "-router routerd: ready",
 	"PodCreate " + testSession,
 	"ContainerCreate " + testSession + "-forwarder",
-	"ContainerStart " + testSession + "-forwarder",
-	"ContainerExec " + testSession + "-forwarder nc -z 127.0.0.1 443",
+	"ContainerStartReady " + testSession + "-forwarder forwarder: ready",
 	"ContainerCreate " + testSession + "-claude",
 	"ContainerRun " + testSession + "-claude",
 }
@@ -82,18 +80,11 @@ func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
 			eng := newFakeEngine()
 			eng.failOn = step
 			code := runSession(context.Background(), eng, testConfig(t))
-			wantCode := exitPodman
-			if strings.HasPrefix(step, "ContainerExec ") {
-				// A probe that keeps failing means the router or forwarder never came up.
-				wantCode = exitRefused
+			if code != exitPodman {
+				t.Fatalf("exit code = %d, want %d", code, exitPodman)
 			}
-			if code != wantCode {
-				t.Fatalf("exit code = %d, want %d", code, wantCode)
-			}
-			// Readiness probes retry; everything else stops at the failure.
-			got := slices.DeleteFunc(slices.Clone(eng.calls), func(c string) bool { return c == step || strings.HasPrefix(c, "ContainerLogs ") })
-			want := slices.Concat(happyCalls[:i], teardownCalls)
-			if !strings.HasPrefix(step, "ContainerExec ") && !slices.Equal(got, want) {
+			want := slices.Concat(happyCalls[:i+1], teardownCalls)
+			if !slices.Equal(eng.calls, want) {
 				t.Fatalf("calls after failing %q:\n%s\nwant:\n%s", step, strings.Join(eng.calls, "\n"), strings.Join(want, "\n"))
 			}
 			if !slices.Equal(eng.calls[len(eng.calls)-len(teardownCalls):], teardownCalls) {
@@ -117,7 +108,7 @@ func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	if !slices.Contains(eng.calls, "ContainerLogs "+testSession+"-router") {
 		t.Fatal("router logs were not fetched")
 	}
-	if out := stderr(); !strings.Contains(out, "fake log line") || !strings.Contains(out, "-router did not start") {
+	if out := stderr(); !strings.Contains(out, "fake log line") || !strings.Contains(out, "-router exited before it was ready") {
 		t.Fatalf("stderr does not show the router's logs: %q", out)
 	}
 	if !slices.Equal(eng.calls[len(eng.calls)-3:], teardownCalls) {
@@ -165,7 +156,7 @@ func TestSessionSpecs(t *testing.T) {
 	if len(r.Mounts) != 1 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") {
 		t.Errorf("router config mount = %+v, want %s read-only at /etc/router", r.Mounts, cfg.tmp)
 	}
-	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" {
+	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" || r.Env["READY_ADDR"] != "10.89.7.2" {
 		t.Errorf("router env = %v", r.Env)
 	}
 	if r.Image != "localhost/agent-sandbox-router:dev" {

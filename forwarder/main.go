@@ -25,6 +25,8 @@ type forward struct {
 	target netip.AddrPort
 }
 
+const readyLine = "forwarder: ready"
+
 func main() {
 	os.Exit(run())
 }
@@ -131,6 +133,8 @@ func serve(ctx context.Context, forwards []forward) error {
 	for _, l := range ls {
 		fmt.Fprintf(os.Stderr, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.target)
 	}
+	// The launcher, attached to our output, starts the agent on this line.
+	fmt.Fprintln(os.Stderr, readyLine)
 	relayAll(ctx, ls)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -25,6 +26,9 @@ const (
 )
 
 type config struct {
+	// readyAddr is the router's session address; when dnsmasq and nginx
+	// both accept on it, routerd prints readyLine for the launcher.
+	readyAddr netip.Addr
 	dnsListen string
 	upstreams []netip.AddrPort
 	allow     []netip.Prefix
@@ -70,7 +74,14 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 	if len(upstreams) == 0 {
 		return config{}, fmt.Errorf("no upstream DNS servers: set UPSTREAM_DNS or add nameserver lines to %s", resolvConf)
 	}
+	var ready netip.Addr
+	if v := strings.TrimSpace(getenv("READY_ADDR")); v != "" {
+		if ready, err = netip.ParseAddr(v); err != nil {
+			return config{}, fmt.Errorf("bad READY_ADDR %q: want the router's IP address", v)
+		}
+	}
 	return config{
+		readyAddr: ready,
 		dnsListen: defaultDNSListen,
 		upstreams: upstreams,
 		allow:     allow,
@@ -151,9 +162,40 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 			stopped <- err
 		}
 	}()
+	if cfg.readyAddr.IsValid() {
+		go announceReady(ctx, []netip.AddrPort{netip.AddrPortFrom(cfg.readyAddr, 53), netip.AddrPortFrom(cfg.readyAddr, 443)}, stdout)
+	}
 	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger}
 	code := s.run(ctx, stopped)
 	cancel()
 	<-served
 	return code
+}
+
+// readyLine tells the launcher, which is attached to our output, that the
+// agent may start: polling from outside would cost a podman exec each time.
+const readyLine = "routerd: ready"
+
+// announceReady waits until every target accepts TCP (dnsmasq on 53, nginx
+// on 443), then prints readyLine. A bare connect makes dnsmasq log no query.
+func announceReady(ctx context.Context, targets []netip.AddrPort, out io.Writer) {
+	var d net.Dialer
+	for _, t := range targets {
+		target := t.String()
+		for {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			c, err := d.DialContext(dctx, "tcp", target)
+			cancel()
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	fmt.Fprintln(out, readyLine)
 }
