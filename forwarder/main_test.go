@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -519,12 +520,13 @@ func TestMainSignal(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = pw.Close()
-		line := make([]byte, 200)
 		_ = pr.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, _ := pr.Read(line)
+		lines := bufio.NewReader(pr)
+		first, _ := lines.ReadString('\n')
+		second, _ := lines.ReadString('\n')
 		want := "forwarder: listening on " + listen + ", forwarding to " + addrOf(up).String() + "\n"
-		if string(line[:n]) != want {
-			t.Errorf("log %q, want %q", line[:n], want)
+		if first != want || second != readyLine+"\n" {
+			t.Errorf("log %q %q, want %q then the ready line", first, second, want)
 		}
 		if err := roundTrip(dial(t, listen), 1<<16, 3); err != nil {
 			t.Error(err)
