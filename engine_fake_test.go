@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/specgen"
@@ -12,11 +13,12 @@ import (
 
 // fakeEngine records every call as "Method arg" and can fail one of them.
 type fakeEngine struct {
+	mu    sync.Mutex
 	calls []string
 	// failOn makes the call with this exact record fail.
 	failOn string
-	// notReady makes every helper container exit before it is ready.
-	notReady bool
+	// notReady names a helper container that exits before it is ready.
+	notReady string
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
 	runCode int
 	runHook func(ctx context.Context) error
@@ -37,6 +39,8 @@ func newFakeEngine() *fakeEngine {
 }
 
 func (f *fakeEngine) record(method, arg string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	c := method + " " + arg
 	f.calls = append(f.calls, c)
 	if c == f.failOn {
@@ -52,7 +56,9 @@ func (f *fakeEngine) NetworkCreate(_ context.Context, n *types.Network, _ bool) 
 	out := *n
 	subnet, _ := types.ParseCIDR("10.89.7.0/24")
 	out.Subnets = []types.Subnet{{Subnet: subnet}}
+	f.mu.Lock()
 	f.networks[n.Name] = n
+	f.mu.Unlock()
 	return out, nil
 }
 
@@ -68,7 +74,9 @@ func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator
 	if err := f.record("ContainerCreate", s.Name); err != nil {
 		return err
 	}
+	f.mu.Lock()
 	f.containers[s.Name] = s
+	f.mu.Unlock()
 	return nil
 }
 
@@ -76,7 +84,7 @@ func (f *fakeEngine) ContainerStartReady(_ context.Context, name, ready string) 
 	if err := f.record("ContainerStartReady", name+" "+ready); err != nil {
 		return err
 	}
-	if f.notReady {
+	if f.notReady == name {
 		return fmt.Errorf("%s exited before it was ready: %w", name, errNotReady)
 	}
 	return nil
@@ -111,7 +119,9 @@ func (f *fakeEngine) PodCreate(_ context.Context, p *specgen.PodSpecGenerator) e
 	if err := f.record("PodCreate", p.Name); err != nil {
 		return err
 	}
+	f.mu.Lock()
 	f.pods[p.Name] = p
+	f.mu.Unlock()
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
@@ -103,8 +104,15 @@ func launch(ctx context.Context, args []string) int {
 	}
 	defer func() { _ = os.RemoveAll(apiDir) }()
 
+	trace := newTracer()
+	done := trace.step("podman service start")
 	conn, eng, stopService, err := startService(apiDir)
+	done()
+	defer trace.step("podman service stop")()
 	defer stopService()
+	if trace.on {
+		eng = tracedEngine{eng, trace}
+	}
 	if err != nil {
 		warn("%v", err)
 		if ctx.Err() != nil {
@@ -202,15 +210,23 @@ func sessionLabels(name string) map[string]string {
 	return map[string]string{labelSession: name, labelOwner: strconv.Itoa(os.Getpid())}
 }
 
+// sessionNames are the names of one session's podman objects; the pod and
+// the session network share the session's name.
+type sessionNames struct {
+	session, router, forwarder, agent string
+}
+
+func namesFor(session string) sessionNames {
+	return sessionNames{session, session + "-router", session + "-forwarder", session + "-claude"}
+}
+
 // runSession creates the session's network, router and pod, runs the agent
 // and removes all of it again. It returns the process exit code.
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	image, routerImage := imageNames()
 	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
-	session := cfg.name
-	router := session + "-router"
-	agent := session + "-claude"
-	labels := sessionLabels(session)
+	names := namesFor(cfg.name)
+	labels := sessionLabels(cfg.name)
 	agentStarted := false
 
 	// Teardown runs on a context of its own: the one given may have been
@@ -219,11 +235,15 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 		defer cancel()
 		if agentStarted && ctx.Err() != nil {
-			_ = eng.ContainerStop(tctx, agent, agentStopTimeout)
+			_ = eng.ContainerStop(tctx, names.agent, agentStopTimeout)
 		}
-		_ = eng.PodRemove(tctx, session)
-		_ = eng.ContainerRemove(tctx, router)
-		_ = eng.NetworkRemove(tctx, session)
+		// The pod and the router are independent; the network goes last
+		// since both are attached to it.
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = eng.PodRemove(tctx, names.session) })
+		wg.Go(func() { _ = eng.ContainerRemove(tctx, names.router) })
+		wg.Wait()
+		_ = eng.NetworkRemove(tctx, names.session)
 	}()
 
 	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egressNet, Driver: "bridge", DNSEnabled: true,
@@ -233,7 +253,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	if err := eng.VolumeCreate(ctx, homeVolume, map[string]string{"agent-sandbox.shared": "true"}); err != nil {
 		return fail(err)
 	}
-	n, err := eng.NetworkCreate(ctx, &types.Network{Name: session, Driver: "bridge", Internal: true, Labels: labels}, false)
+	n, err := eng.NetworkCreate(ctx, &types.Network{Name: names.session, Driver: "bridge", Internal: true, Labels: labels}, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -242,7 +262,6 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		warn("%v", err)
 		return exitRefused
 	}
-
 	dnsmasq, nginx, forwards, err := routerConfig(cfg.entries, routerIP.String())
 	if err != nil {
 		warn("%v", err)
@@ -253,71 +272,132 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		return exitRefused
 	}
 
-	yes := true
-	// No auto-remove: if the router dies, its logs say why. Teardown
-	// removes it.
-	r := newSpec(routerImage, router, labels)
-	// routerd is not an init; something must reap dnsmasq's helpers.
-	r.Init = &yes
-	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
-	r.Networks = map[string]types.PerNetworkOptions{
-		session:   {StaticIPs: []net.IP{routerIP.AsSlice()}},
-		egressNet: {},
+	// The router and the pod do not depend on each other: start them side
+	// by side, and start the agent only when both are ready. The first
+	// failure cancels the other branch and is the one reported.
+	bctx, cancelBoth := context.WithCancel(ctx)
+	defer cancelBoth()
+	var (
+		wg        sync.WaitGroup
+		firstOnce sync.Once
+		first     int
+	)
+	settle := func(code int) {
+		if code != 0 {
+			firstOnce.Do(func() { first = code; cancelBoth() })
+		}
 	}
-	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "Z"}}}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String()}
-	if err := eng.ContainerCreate(ctx, r); err != nil {
-		return fail(err)
+	wg.Go(func() {
+		settle(startHelper(bctx, eng, routerSpec(routerImage, names, labels, routerIP, cfg), "routerd: ready"))
+	})
+	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, forwards)) })
+	wg.Wait()
+	if ctx.Err() != nil {
+		return exitSignal
 	}
-	if code := startReady(ctx, eng, router, "routerd: ready"); code != 0 {
-		return code
+	if first != 0 {
+		return first
 	}
 
-	// The pod owns the netns, DNS and hosts file; the agent only joins it.
-	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+	if err := eng.ContainerCreate(ctx, agentSpec(image, names, labels, homeVolume, cfg)); err != nil {
+		return fail(err)
+	}
+	agentStarted = true
+	code, err = eng.ContainerRun(ctx, names.agent, cfg.tty)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitSignal
+		}
+		return fail(err)
+	}
+	return code
+}
+
+// startHelper creates a helper container and waits until it is ready.
+func startHelper(ctx context.Context, eng engine, s *specgen.SpecGenerator, ready string) int {
+	if err := eng.ContainerCreate(ctx, s); err != nil {
+		if ctx.Err() != nil {
+			return exitSignal
+		}
+		return fail(err)
+	}
+	return startReady(ctx, eng, s.Name, ready)
+}
+
+// startPod creates the pod and starts its loopback forwarder.
+func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, forwards string) int {
+	p, err := podSpec(names, labels, routerIP)
 	if err != nil {
 		return fail(err)
 	}
+	if err := eng.PodCreate(ctx, p); err != nil {
+		if ctx.Err() != nil {
+			return exitSignal
+		}
+		return fail(err)
+	}
+	return startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, forwards), "forwarder: ready")
+}
+
+func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig) *specgen.SpecGenerator {
+	// No auto-remove: if the router dies, its logs say why. Teardown
+	// removes it.
+	r := newSpec(image, names.router, labels)
+	// routerd is not an init; something must reap dnsmasq's helpers.
+	r.Init = ptr(true)
+	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	r.Networks = map[string]types.PerNetworkOptions{
+		names.session: {StaticIPs: []net.IP{routerIP.AsSlice()}},
+		egressNet:     {},
+	}
+	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "Z"}}}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String()}
+	return r
+}
+
+// podSpec: the pod owns the netns, DNS and hosts file; the agent only
+// joins it.
+func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) (*specgen.PodSpecGenerator, error) {
+	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+	if err != nil {
+		return nil, err
+	}
 	p := &specgen.PodSpecGenerator{}
-	p.Name = session
+	p.Name = names.session
 	p.Labels = labels
 	p.Hostname = "agent-sandbox"
 	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
-	p.Networks = map[string]types.PerNetworkOptions{session: {}}
+	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
 	p.DNSServer = []net.IP{routerIP.AsSlice()}
 	p.NoManageHosts = true
 	p.Userns = userns
-	if err := eng.PodCreate(ctx, p); err != nil {
-		return fail(err)
-	}
+	return p, nil
+}
 
-	// Loopback forwarders live in their own container, so the agent can
-	// neither see, signal nor replace them.
-	forwarder := session + "-forwarder"
-	f := newSpec(routerImage, forwarder, labels)
-	f.Pod = session
+// forwarderSpec: loopback forwarders live in their own container, so the
+// agent can neither see, signal nor replace them.
+func forwarderSpec(image string, names sessionNames, labels map[string]string, forwards string) *specgen.SpecGenerator {
+	f := newSpec(image, names.forwarder, labels)
+	f.Pod = names.session
 	f.User = "0:0"
-	f.ReadOnlyFilesystem = &yes
-	f.ReadWriteTmpfs = &yes
+	f.ReadOnlyFilesystem = ptr(true)
+	f.ReadWriteTmpfs = ptr(true)
 	f.CapDrop = []string{"all"}
 	f.CapAdd = []string{"NET_BIND_SERVICE"}
 	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
 	f.Env = map[string]string{"FORWARDS": forwards}
-	if err := eng.ContainerCreate(ctx, f); err != nil {
-		return fail(err)
-	}
-	if code := startReady(ctx, eng, forwarder, "forwarder: ready"); code != 0 {
-		return code
-	}
+	return f
+}
 
-	// The agent runs unprivileged; podman's default bounding set stays,
-	// minus what could touch the network, so nested containers work.
-	c := newSpec(image, agent, labels)
-	c.Remove = &yes
-	c.Stdin = &yes
-	c.Terminal = &cfg.tty
-	c.Init = &yes
-	c.Pod = session
+// agentSpec: the agent runs unprivileged; podman's default bounding set
+// stays, minus what could touch the network, so nested containers work.
+func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig) *specgen.SpecGenerator {
+	c := newSpec(image, names.agent, labels)
+	c.Remove = ptr(true)
+	c.Stdin = ptr(true)
+	c.Terminal = ptr(cfg.tty)
+	c.Init = ptr(true)
+	c.Pod = names.session
 	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
 	c.SelinuxOpts = []string{"disable"}
 	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
@@ -327,18 +407,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	c.WorkDir = cfg.launchDir
 	c.Env = map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_TMPDIR": "/var/tmp"}
 	c.Command = cfg.cmd
-	if err := eng.ContainerCreate(ctx, c); err != nil {
-		return fail(err)
-	}
-	agentStarted = true
-	code, err = eng.ContainerRun(ctx, agent, cfg.tty)
-	if err != nil {
-		if ctx.Err() != nil {
-			return exitSignal
-		}
-		return fail(err)
-	}
-	return code
+	return c
 }
 
 // routerAddress is .2 of the session network's /24: .1 is the gateway.

@@ -32,24 +32,57 @@ func testConfig(t *testing.T) sessionConfig {
 	}
 }
 
-// happyCalls is what a whole session asks of podman, in order.
-var happyCalls = []string{
-	"NetworkCreate agent-sandbox-egress",
-	"VolumeCreate agent-sandbox-home",
-	"NetworkCreate " + testSession,
-	"ContainerCreate " + testSession + "-router",
-	"ContainerStartReady " + testSession + "-router routerd: ready",
-	"PodCreate " + testSession,
-	"ContainerCreate " + testSession + "-forwarder",
-	"ContainerStartReady " + testSession + "-forwarder forwarder: ready",
-	"ContainerCreate " + testSession + "-claude",
-	"ContainerRun " + testSession + "-claude",
+var (
+	// setupCalls come first and in this order.
+	setupCalls = []string{
+		"NetworkCreate agent-sandbox-egress",
+		"VolumeCreate agent-sandbox-home",
+		"NetworkCreate " + testSession,
+	}
+	// The router branch and the pod branch run side by side; each keeps
+	// its own order.
+	routerCalls = []string{
+		"ContainerCreate " + testSession + "-router",
+		"ContainerStartReady " + testSession + "-router routerd: ready",
+	}
+	podCalls = []string{
+		"PodCreate " + testSession,
+		"ContainerCreate " + testSession + "-forwarder",
+		"ContainerStartReady " + testSession + "-forwarder forwarder: ready",
+	}
+	agentCalls = []string{
+		"ContainerCreate " + testSession + "-claude",
+		"ContainerRun " + testSession + "-claude",
+	}
+	happyCalls = slices.Concat(setupCalls, routerCalls, podCalls, agentCalls)
+)
+
+// checkTeardown asserts the session ends with the pod and router removed
+// (in either order) and then the session network.
+func checkTeardown(t *testing.T, calls []string) {
+	t.Helper()
+	if len(calls) < 3 {
+		t.Fatalf("no teardown in %v", calls)
+	}
+	last := calls[len(calls)-3:]
+	pair := slices.Sorted(slices.Values(last[:2]))
+	if !slices.Equal(pair, []string{"ContainerRemove " + testSession + "-router", "PodRemove " + testSession}) || last[2] != "NetworkRemove "+testSession {
+		t.Fatalf("teardown = %v, want pod and router removed, then the network:\n%s", last, strings.Join(calls, "\n"))
+	}
 }
 
-var teardownCalls = []string{
-	"PodRemove " + testSession,
-	"ContainerRemove " + testSession + "-router",
-	"NetworkRemove " + testSession,
+// checkInOrder asserts that want occurs in calls as a subsequence.
+func checkInOrder(t *testing.T, calls, want []string) {
+	t.Helper()
+	i := 0
+	for _, c := range calls {
+		if i < len(want) && c == want[i] {
+			i++
+		}
+	}
+	if i != len(want) {
+		t.Fatalf("calls lack %q in order:\n%s", want[i], strings.Join(calls, "\n"))
+	}
 }
 
 func TestSessionRunsAgentAndTearsDown(t *testing.T) {
@@ -59,10 +92,19 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if code := runSession(context.Background(), eng, cfg); code != 7 {
 		t.Fatalf("exit code = %d, want the agent's 7", code)
 	}
-	want := append(slices.Clone(happyCalls), teardownCalls...)
-	if !slices.Equal(eng.calls, want) {
-		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(eng.calls, "\n"), strings.Join(want, "\n"))
+	if len(eng.calls) != len(happyCalls)+3 {
+		t.Fatalf("calls:\n%s", strings.Join(eng.calls, "\n"))
 	}
+	if !slices.Equal(eng.calls[:3], setupCalls) {
+		t.Fatalf("setup = %v, want %v", eng.calls[:3], setupCalls)
+	}
+	middle := eng.calls[3:8]
+	checkInOrder(t, middle, routerCalls)
+	checkInOrder(t, middle, podCalls)
+	if !slices.Equal(eng.calls[8:10], agentCalls) {
+		t.Fatalf("agent calls = %v, want %v after both helpers", eng.calls[8:10], agentCalls)
+	}
+	checkTeardown(t, eng.calls)
 	for _, f := range []string{"dnsmasq.conf", "nginx.conf"} {
 		fi, err := os.Stat(filepath.Join(cfg.tmp, f))
 		if err != nil {
@@ -75,7 +117,7 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 }
 
 func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
-	for i, step := range happyCalls {
+	for _, step := range happyCalls {
 		t.Run(step, func(t *testing.T) {
 			eng := newFakeEngine()
 			eng.failOn = step
@@ -83,27 +125,30 @@ func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
 			if code != exitPodman {
 				t.Fatalf("exit code = %d, want %d", code, exitPodman)
 			}
-			want := slices.Concat(happyCalls[:i+1], teardownCalls)
-			if !slices.Equal(eng.calls, want) {
-				t.Fatalf("calls after failing %q:\n%s\nwant:\n%s", step, strings.Join(eng.calls, "\n"), strings.Join(want, "\n"))
+			if !slices.Contains(eng.calls, step) {
+				t.Fatalf("failing step %q never called", step)
 			}
-			if !slices.Equal(eng.calls[len(eng.calls)-len(teardownCalls):], teardownCalls) {
-				t.Fatalf("teardown missing after failing %q:\n%s", step, strings.Join(eng.calls, "\n"))
+			if step != agentCalls[1] && slices.Contains(eng.calls, agentCalls[1]) {
+				t.Fatalf("agent ran although %q failed", step)
 			}
+			if i := slices.Index(setupCalls, step); i >= 0 && len(eng.calls) != i+1+3 {
+				t.Fatalf("calls went on after %q failed:\n%s", step, strings.Join(eng.calls, "\n"))
+			}
+			checkTeardown(t, eng.calls)
 		})
 	}
 }
 
 func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	eng := newFakeEngine()
-	eng.notReady = true
+	eng.notReady = testSession + "-router"
 	stderr := captureStderr(t)
 	code := runSession(context.Background(), eng, testConfig(t))
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
-	if slices.Contains(eng.calls, "PodCreate "+testSession) {
-		t.Fatal("pod created although the router never got ready")
+	if slices.Contains(eng.calls, agentCalls[0]) {
+		t.Fatal("agent created although the router never got ready")
 	}
 	if !slices.Contains(eng.calls, "ContainerLogs "+testSession+"-router") {
 		t.Fatal("router logs were not fetched")
@@ -111,9 +156,7 @@ func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	if out := stderr(); !strings.Contains(out, "fake log line") || !strings.Contains(out, "-router exited before it was ready") {
 		t.Fatalf("stderr does not show the router's logs: %q", out)
 	}
-	if !slices.Equal(eng.calls[len(eng.calls)-3:], teardownCalls) {
-		t.Fatalf("no teardown: %v", eng.calls)
-	}
+	checkTeardown(t, eng.calls)
 }
 
 func TestSessionSignalStopsAgentBeforeRemoval(t *testing.T) {
@@ -126,10 +169,10 @@ func TestSessionSignalStopsAgentBeforeRemoval(t *testing.T) {
 	if code := runSession(ctx, eng, testConfig(t)); code != exitSignal {
 		t.Fatalf("exit code = %d, want %d", code, exitSignal)
 	}
-	want := append([]string{"ContainerStop " + testSession + "-claude"}, teardownCalls...)
-	if got := eng.calls[len(eng.calls)-len(want):]; !slices.Equal(got, want) {
-		t.Fatalf("teardown = %v, want %v", got, want)
+	if stop := eng.calls[len(eng.calls)-4]; stop != "ContainerStop "+testSession+"-claude" {
+		t.Fatalf("agent not stopped before removal: %v", eng.calls)
 	}
+	checkTeardown(t, eng.calls)
 }
 
 func TestSessionSpecs(t *testing.T) {
