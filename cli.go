@@ -55,5 +55,18 @@ the allowlist.`,
 			fmt.Fprintln(cmd.OutOrStdout(), v)
 		},
 	})
+	root.AddCommand(&cobra.Command{
+		Use:   "gc",
+		Short: "Remove what sessions whose launcher was killed left behind",
+		Long: `gc removes the containers, pods, networks and temp dirs of sessions whose
+launcher no longer runs. Every session also does this when it starts. Objects
+without agent-sandbox's session label, and sessions whose launcher still
+runs, are never touched.`,
+		Example: "  agent-sandbox gc",
+		Args:    cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			*code = gc(ctx, cmd.OutOrStdout())
+		},
+	})
 	return root
 }

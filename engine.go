@@ -17,6 +17,7 @@ import (
 	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/bindings/network"
 	"github.com/containers/podman/v5/pkg/bindings/pods"
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
@@ -41,10 +42,16 @@ type engine interface {
 	// ContainerRun attaches the terminal, starts the container and waits for
 	// it; it returns the container's exit code.
 	ContainerRun(ctx context.Context, name string, tty bool) (int, error)
+	// ContainerWait returns when the container has stopped.
+	ContainerWait(ctx context.Context, name string) error
 	ContainerStop(ctx context.Context, name string, timeout time.Duration) error
 	ContainerRemove(ctx context.Context, name string) error
 	PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error
 	PodRemove(ctx context.Context, name string) error
+	// ListLabelled lists the pods, containers and networks carrying label.
+	ListLabelled(ctx context.Context, label string) ([]labelledObject, error)
+	// ImageExists reports whether an image is in local storage.
+	ImageExists(ctx context.Context, name string) (bool, error)
 }
 
 // errNotReady means a helper container started but never said it was ready.
@@ -288,6 +295,11 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 	return int(code), nil
 }
 
+func (podmanEngine) ContainerWait(ctx context.Context, name string) error {
+	_, err := containers.Wait(ctx, name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+	return err
+}
+
 func (podmanEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
 	return containers.Stop(ctx, name, new(containers.StopOptions).WithTimeout(uint(timeout.Seconds())).WithIgnore(true))
 }
@@ -307,4 +319,37 @@ func (podmanEngine) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) 
 func (podmanEngine) PodRemove(ctx context.Context, name string) error {
 	_, err := pods.Remove(ctx, name, new(pods.RemoveOptions).WithForce(true).WithTimeout(0))
 	return err
+}
+
+func (podmanEngine) ListLabelled(ctx context.Context, label string) ([]labelledObject, error) {
+	filter := map[string][]string{"label": {label}}
+	var out []labelledObject
+	ps, err := pods.List(ctx, new(pods.ListOptions).WithFilters(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	for _, p := range ps {
+		out = append(out, labelledObject{kind: "pod", name: p.Name, labels: p.Labels})
+	}
+	cs, err := containers.List(ctx, new(containers.ListOptions).WithAll(true).WithFilters(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range cs {
+		if len(c.Names) > 0 && !c.IsInfra {
+			out = append(out, labelledObject{kind: "container", name: c.Names[0], labels: c.Labels})
+		}
+	}
+	ns, err := network.List(ctx, new(network.ListOptions).WithFilters(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list networks: %w", err)
+	}
+	for _, n := range ns {
+		out = append(out, labelledObject{kind: "network", name: n.Name, labels: n.Labels})
+	}
+	return out, nil
+}
+
+func (podmanEngine) ImageExists(ctx context.Context, name string) (bool, error) {
+	return images.Exists(ctx, name, nil)
 }

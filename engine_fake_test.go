@@ -23,6 +23,15 @@ type fakeEngine struct {
 	runCode int
 	runHook func(ctx context.Context) error
 
+	// stopped[name], once closed, makes ContainerWait(name) return: the
+	// helper container died. ContainerWait is not recorded, since it runs
+	// beside the agent.
+	stopped map[string]chan struct{}
+	// missingImages are reported absent by ImageExists.
+	missingImages map[string]bool
+	// labelled is what ListLabelled returns.
+	labelled []labelledObject
+
 	networks   map[string]*types.Network
 	containers map[string]*specgen.SpecGenerator
 	pods       map[string]*specgen.PodSpecGenerator
@@ -35,6 +44,7 @@ func newFakeEngine() *fakeEngine {
 		networks:   map[string]*types.Network{},
 		containers: map[string]*specgen.SpecGenerator{},
 		pods:       map[string]*specgen.PodSpecGenerator{},
+		stopped:    map[string]chan struct{}{},
 	}
 }
 
@@ -127,4 +137,30 @@ func (f *fakeEngine) PodCreate(_ context.Context, p *specgen.PodSpecGenerator) e
 
 func (f *fakeEngine) PodRemove(_ context.Context, name string) error {
 	return f.record("PodRemove", name)
+}
+
+func (f *fakeEngine) ContainerWait(ctx context.Context, name string) error {
+	f.mu.Lock()
+	ch := f.stopped[name]
+	f.mu.Unlock()
+	select {
+	case <-ch: // a nil channel never fires
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeEngine) ListLabelled(_ context.Context, label string) ([]labelledObject, error) {
+	if err := f.record("ListLabelled", label); err != nil {
+		return nil, err
+	}
+	return f.labelled, nil
+}
+
+func (f *fakeEngine) ImageExists(_ context.Context, name string) (bool, error) {
+	if err := f.record("ImageExists", name); err != nil {
+		return false, err
+	}
+	return !f.missingImages[name], nil
 }

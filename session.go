@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +23,9 @@ import (
 const (
 	egressNet = "agent-sandbox-egress"
 	// labelSession marks every object of a session, so that listing and
-	// cleanup touch only ours; labelOwner is the launcher's pid.
+	// cleanup touch only ours; labelOwner is the launcher (see ownerID).
 	labelSession = "agent-sandbox.session"
-	labelOwner   = "agent-sandbox.owner-pid"
+	labelOwner   = "agent-sandbox.owner"
 	// teardownTimeout bounds cleanup after a signal or an error.
 	teardownTimeout = 30 * time.Second
 	// agentStopTimeout is how long the agent gets to exit on its own.
@@ -110,9 +110,6 @@ func launch(ctx context.Context, args []string) int {
 	done()
 	defer trace.step("podman service stop")()
 	defer stopService()
-	if trace.on {
-		eng = tracedEngine{eng, trace}
-	}
 	if err != nil {
 		warn("%v", err)
 		if ctx.Err() != nil {
@@ -120,15 +117,59 @@ func launch(ctx context.Context, args []string) int {
 		}
 		return exitPodman
 	}
+	if trace.on {
+		eng = tracedEngine{eng, trace}
+	}
 
 	opCtx, cancel := context.WithCancel(conn)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
+	// Sessions whose launcher was killed are cleaned up beside this one,
+	// so that they cost it no start-up time.
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		_, _ = collectGarbage(opCtx, eng, runtimeDir)
+	}()
+	defer func() { <-gcDone }()
 	code := runSession(opCtx, eng, cfg)
 	if ctx.Err() != nil {
 		return exitSignal
 	}
 	return code
+}
+
+// gc removes what killed sessions left behind and returns the exit code.
+func gc(ctx context.Context, out io.Writer) int {
+	runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
+	if runtimeDir == "" {
+		warn("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
+		return exitRefused
+	}
+	// Named like a session's API dir, so that a killed gc is collected too.
+	apiDir, err := os.MkdirTemp(runtimeDir, fmt.Sprintf("agent-sandbox-%d-%d-api.", time.Now().Unix(), os.Getpid()))
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	defer func() { _ = os.RemoveAll(apiDir) }()
+	conn, eng, stopService, err := startService(apiDir)
+	defer stopService()
+	if err != nil {
+		warn("%v", err)
+		return exitPodman
+	}
+	opCtx, cancel := context.WithCancel(conn)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	removed, err := collectGarbage(opCtx, eng, runtimeDir)
+	for _, r := range removed {
+		fmt.Fprintln(out, "removed", r)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
 }
 
 // prepare checks the launch directory and the allowlist and names the
@@ -207,7 +248,7 @@ func fail(err error) int {
 }
 
 func sessionLabels(name string) map[string]string {
-	return map[string]string{labelSession: name, labelOwner: strconv.Itoa(os.Getpid())}
+	return map[string]string{labelSession: name, labelOwner: ownerID(os.Getpid())}
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -227,14 +268,14 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
 	names := namesFor(cfg.name)
 	labels := sessionLabels(cfg.name)
-	agentStarted := false
+	agentStarted, agentExited := false, false
 
 	// Teardown runs on a context of its own: the one given may have been
 	// cancelled by the signal that ends the session.
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 		defer cancel()
-		if agentStarted && ctx.Err() != nil {
+		if agentStarted && !agentExited {
 			_ = eng.ContainerStop(tctx, names.agent, agentStopTimeout)
 		}
 		// The pod and the router are independent; the network goes last
@@ -245,6 +286,17 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		wg.Wait()
 		_ = eng.NetworkRemove(tctx, names.session)
 	}()
+
+	for _, img := range []string{image, routerImage} {
+		ok, err := eng.ImageExists(ctx, img)
+		if err != nil {
+			return fail(err)
+		}
+		if !ok {
+			warn("image %s is missing: build it with `make images` (or set AGENT_SANDBOX_IMAGE / AGENT_SANDBOX_ROUTER_IMAGE)", img)
+			return exitRefused
+		}
+	}
 
 	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egressNet, Driver: "bridge", DNSEnabled: true,
 		Labels: map[string]string{"agent-sandbox.shared": "true"}}, true); err != nil {
@@ -303,14 +355,49 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		return fail(err)
 	}
 	agentStarted = true
-	code, err = eng.ContainerRun(ctx, names.agent, cfg.tty)
-	if err != nil {
-		if ctx.Err() != nil {
-			return exitSignal
-		}
-		return fail(err)
+	code, err = runAgent(ctx, eng, names, cfg.tty)
+	agentExited = err == nil
+	if err == nil {
+		return code
 	}
-	return code
+	if ctx.Err() != nil {
+		return exitSignal
+	}
+	var died helperDied
+	if errors.As(err, &died) {
+		warn("%v; the session ends rather than run without it. Its last log lines:\n%s",
+			err, eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 10))
+		return exitPodman
+	}
+	return fail(err)
+}
+
+// helperDied means the router or the forwarder stopped while the agent ran.
+type helperDied struct{ name, what string }
+
+func (h helperDied) Error() string { return "the " + h.what + " (" + h.name + ") stopped" }
+
+// runAgent runs the agent while watching the router and the forwarder: if
+// either stops, egress is already closed, and the agent is stopped too.
+func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool) (int, error) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for name, what := range map[string]string{names.router: "router", names.forwarder: "forwarder"} {
+		go func() {
+			err := eng.ContainerWait(runCtx, name)
+			if runCtx.Err() == nil {
+				if err == nil {
+					err = helperDied{name, what}
+				}
+				cancel(err)
+			}
+		}()
+	}
+	code, err := eng.ContainerRun(runCtx, names.agent, tty)
+	if cause := context.Cause(runCtx); err != nil && cause != nil && ctx.Err() == nil {
+		return code, cause
+	}
+	return code, err
 }
 
 // startHelper creates a helper container and waits until it is ready.

@@ -35,6 +35,8 @@ func testConfig(t *testing.T) sessionConfig {
 var (
 	// setupCalls come first and in this order.
 	setupCalls = []string{
+		"ImageExists localhost/agent-sandbox:dev",
+		"ImageExists localhost/agent-sandbox-router:dev",
 		"NetworkCreate agent-sandbox-egress",
 		"VolumeCreate agent-sandbox-home",
 		"NetworkCreate " + testSession,
@@ -95,14 +97,15 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if len(eng.calls) != len(happyCalls)+3 {
 		t.Fatalf("calls:\n%s", strings.Join(eng.calls, "\n"))
 	}
-	if !slices.Equal(eng.calls[:3], setupCalls) {
-		t.Fatalf("setup = %v, want %v", eng.calls[:3], setupCalls)
+	n := len(setupCalls)
+	if !slices.Equal(eng.calls[:n], setupCalls) {
+		t.Fatalf("setup = %v, want %v", eng.calls[:n], setupCalls)
 	}
-	middle := eng.calls[3:8]
+	middle := eng.calls[n : n+5]
 	checkInOrder(t, middle, routerCalls)
 	checkInOrder(t, middle, podCalls)
-	if !slices.Equal(eng.calls[8:10], agentCalls) {
-		t.Fatalf("agent calls = %v, want %v after both helpers", eng.calls[8:10], agentCalls)
+	if !slices.Equal(eng.calls[n+5:n+7], agentCalls) {
+		t.Fatalf("agent calls = %v, want %v after both helpers", eng.calls[n+5:n+7], agentCalls)
 	}
 	checkTeardown(t, eng.calls)
 	for _, f := range []string{"dnsmasq.conf", "nginx.conf"} {
@@ -300,4 +303,49 @@ func captureStderr(t *testing.T) func() string {
 	}
 	t.Cleanup(func() { restore() })
 	return restore
+}
+
+func TestSessionMissingImageCreatesNothing(t *testing.T) {
+	eng := newFakeEngine()
+	eng.missingImages = map[string]bool{"localhost/agent-sandbox-router:dev": true}
+	stderr := captureStderr(t)
+	if code := runSession(context.Background(), eng, testConfig(t)); code != exitRefused {
+		t.Fatalf("exit code = %d, want %d", code, exitRefused)
+	}
+	for _, c := range eng.calls {
+		if strings.Contains(c, "Create") {
+			t.Fatalf("%s although an image is missing", c)
+		}
+	}
+	if out := stderr(); !strings.Contains(out, "image localhost/agent-sandbox-router:dev is missing") || !strings.Contains(out, "make images") {
+		t.Fatalf("stderr does not name the image and the fix: %q", out)
+	}
+}
+
+func TestSessionEndsWhenAHelperDies(t *testing.T) {
+	for _, helper := range []string{"router", "forwarder"} {
+		t.Run(helper, func(t *testing.T) {
+			eng := newFakeEngine()
+			name := testSession + "-" + helper
+			eng.stopped[name] = make(chan struct{})
+			eng.runHook = func(ctx context.Context) error {
+				close(eng.stopped[name])
+				<-ctx.Done() // the agent runs until it is stopped
+				return ctx.Err()
+			}
+			stderr := captureStderr(t)
+			code := runSession(context.Background(), eng, testConfig(t))
+			if code != exitPodman {
+				t.Fatalf("exit code = %d, want %d", code, exitPodman)
+			}
+			out := stderr()
+			if !strings.Contains(out, "the "+helper+" ("+name+") stopped") || !strings.Contains(out, "fake log line") {
+				t.Fatalf("stderr does not say which helper stopped and why: %q", out)
+			}
+			if stop := eng.calls[len(eng.calls)-4]; stop != "ContainerStop "+testSession+"-claude" {
+				t.Fatalf("agent not stopped: %v", eng.calls)
+			}
+			checkTeardown(t, eng.calls)
+		})
+	}
 }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// labelledObject is a podman object that carries a session label.
+type labelledObject struct {
+	kind   string // "pod", "container" or "network"
+	name   string
+	labels map[string]string
+}
+
+// ownerID names the launcher process that owns a session: its pid and its
+// start time, so that a reused pid is not mistaken for the owner.
+func ownerID(pid int) string {
+	return strconv.Itoa(pid) + "@" + processStart(pid)
+}
+
+// processStart is field 22 of /proc/PID/stat: when the process started, in
+// clock ticks since boot. Empty if the process does not exist.
+func processStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name may hold spaces and parentheses; fields start
+	// after the last ')'.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// ownerAlive reports whether the owner recorded in a label still runs.
+func ownerAlive(owner string) bool {
+	pid, start, ok := strings.Cut(owner, "@")
+	n, err := strconv.Atoi(pid)
+	if !ok || err != nil || n <= 0 {
+		// Not ours to judge: keep it.
+		return true
+	}
+	cur := processStart(n)
+	return cur != "" && cur == start
+}
+
+// staleSessions groups labelled objects by session and returns the
+// sessions whose owner is gone, each with its objects in removal order:
+// pods, then containers, then networks.
+func staleSessions(objs []labelledObject, alive func(owner string) bool) map[string][]labelledObject {
+	stale := map[string][]labelledObject{}
+	for _, o := range objs {
+		session, owner := o.labels[labelSession], o.labels[labelOwner]
+		if session == "" || owner == "" || alive(owner) {
+			continue
+		}
+		stale[session] = append(stale[session], o)
+	}
+	rank := map[string]int{"pod": 0, "container": 1, "network": 2}
+	for _, list := range stale {
+		sort.SliceStable(list, func(i, j int) bool { return rank[list[i].kind] < rank[list[j].kind] })
+	}
+	return stale
+}
+
+// collectGarbage removes what sessions whose launcher died left behind:
+// labelled podman objects and temp dirs under runtimeDir. It never touches
+// a session whose owner runs, nor anything without our label.
+func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]string, error) {
+	objs, err := eng.ListLabelled(ctx, labelSession)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	stale := staleSessions(objs, ownerAlive)
+	sessions := make([]string, 0, len(stale))
+	for s := range stale {
+		sessions = append(sessions, s)
+	}
+	sort.Strings(sessions)
+	for _, s := range sessions {
+		for _, o := range stale[s] {
+			var err error
+			switch o.kind {
+			case "pod":
+				err = eng.PodRemove(ctx, o.name)
+			case "container":
+				err = eng.ContainerRemove(ctx, o.name)
+			case "network":
+				err = eng.NetworkRemove(ctx, o.name)
+			}
+			if err == nil {
+				removed = append(removed, o.kind+" "+o.name)
+			}
+		}
+	}
+	removed = append(removed, removeStaleDirs(runtimeDir)...)
+	return removed, nil
+}
+
+// sessionDir matches the temp dirs a session makes: NAME.RANDOM and
+// NAME-api.RANDOM, where NAME is agent-sandbox-UNIXTIME-PID.
+var sessionDir = regexp.MustCompile(`^agent-sandbox-\d+-(\d+)(-api)?\.[^/]+$`)
+
+func removeStaleDirs(runtimeDir string) []string {
+	if runtimeDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(runtimeDir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range entries {
+		m := sessionDir.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if launcherRuns(pid) {
+			continue
+		}
+		if os.RemoveAll(filepath.Join(runtimeDir, e.Name())) == nil {
+			removed = append(removed, "dir "+e.Name())
+		}
+	}
+	return removed
+}
+
+// launcherRuns reports whether pid is a running agent-sandbox launcher. The
+// dir names carry no start time, so the command line stands in for it.
+func launcherRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	arg0, _, _ := strings.Cut(string(b), "\x00")
+	return strings.Contains(filepath.Base(arg0), "agent-sandbox")
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+func TestOwnerAlive(t *testing.T) {
+	me := ownerID(os.Getpid())
+	if !ownerAlive(me) {
+		t.Fatalf("own owner id %q judged dead", me)
+	}
+	pid, _, _ := cutOwner(me)
+	if ownerAlive(pid + "@1") {
+		t.Fatal("a reused pid (other start time) judged alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if ownerAlive(ownerID(cmd.Process.Pid)) {
+		t.Fatal("an exited process judged alive")
+	}
+	for _, odd := range []string{"", "garbage", "12", "-1@5"} {
+		if !ownerAlive(odd) {
+			t.Errorf("unreadable owner %q judged dead; it must be left alone", odd)
+		}
+	}
+}
+
+func cutOwner(s string) (string, string, bool) {
+	for i := range s {
+		if s[i] == '@' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func TestStaleSessionsTouchOnlyDeadOwners(t *testing.T) {
+	dead := map[string]bool{"1@1": true}
+	alive := func(owner string) bool { return !dead[owner] }
+	lbl := func(session, owner string) map[string]string {
+		return map[string]string{labelSession: session, labelOwner: owner}
+	}
+	objs := []labelledObject{
+		{"network", "s1", lbl("s1", "1@1")},
+		{"container", "s1-router", lbl("s1", "1@1")},
+		{"pod", "s1", lbl("s1", "1@1")},
+		{"pod", "s2", lbl("s2", "2@2")},
+		{"container", "other", map[string]string{labelSession: "s3"}},
+		{"container", "unlabelled", nil},
+	}
+	stale := staleSessions(objs, alive)
+	if len(stale) != 1 {
+		t.Fatalf("stale = %v, want only s1", stale)
+	}
+	var order []string
+	for _, o := range stale["s1"] {
+		order = append(order, o.kind)
+	}
+	if !slices.Equal(order, []string{"pod", "container", "network"}) {
+		t.Fatalf("removal order = %v", order)
+	}
+}
+
+func TestCollectGarbage(t *testing.T) {
+	runtimeDir := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPid := strconv.Itoa(cmd.Process.Pid)
+	deadOwner := deadPid + "@1"
+	mine := "agent-sandbox-1-" + strconv.Itoa(os.Getpid())
+	for _, d := range []string{
+		"agent-sandbox-1-" + deadPid + ".abc",
+		"agent-sandbox-1-" + deadPid + "-api.def",
+		mine + ".x", // this test binary is not an agent-sandbox launcher...
+		"unrelated-dir",
+	} {
+		must(t, os.Mkdir(filepath.Join(runtimeDir, d), 0o700))
+	}
+	eng := newFakeEngine()
+	eng.labelled = []labelledObject{
+		{"container", "dead-router", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
+		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
+		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
+		{"pod", "live", map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}},
+	}
+	removed, err := collectGarbage(context.Background(), eng, runtimeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCalls := []string{"ListLabelled " + labelSession, "PodRemove dead", "ContainerRemove dead-router", "NetworkRemove dead"}
+	if !slices.Equal(eng.calls, wantCalls) {
+		t.Fatalf("calls = %v, want %v", eng.calls, wantCalls)
+	}
+	for _, want := range []string{"dir agent-sandbox-1-" + deadPid + ".abc", "dir agent-sandbox-1-" + deadPid + "-api.def"} {
+		if !slices.Contains(removed, want) {
+			t.Errorf("removed = %v, lacks %q", removed, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(runtimeDir, "unrelated-dir")); err != nil {
+		t.Error("an unrelated dir was removed")
+	}
+}
