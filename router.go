@@ -129,6 +129,8 @@ stream {
     resolver %s ipv6=off valid=10s;
     resolver_timeout 5s;
     proxy_connect_timeout 10s;
+    # ssh, git and many protocols send, half-close, then read the reply.
+    proxy_half_close on;
 
     # Only an allowlisted SNI gets an upstream; anything else is closed.
     map $ssl_preread_server_name $sni_upstream {

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// dnsServer is authoritative for its zone only and never recurses, so a query
+// that reaches it can only have been forwarded by whoever asked.
+type dnsServer struct {
+	zone *zone
+	log  *eventLog
+}
+
+func (s *dnsServer) serveUDP(pc net.PacketConn) {
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if resp := s.answer(buf[:n], "udp", from.String()); resp != nil {
+			_, _ = pc.WriteTo(resp, from)
+		}
+	}
+}
+
+func (s *dnsServer) serveTCP(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		go s.serveTCPConn(c)
+	}
+}
+
+func (s *dnsServer) serveTCPConn(c net.Conn) {
+	defer c.Close()
+	for {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		var size [2]byte
+		if _, err := io.ReadFull(c, size[:]); err != nil {
+			return
+		}
+		msg := make([]byte, binary.BigEndian.Uint16(size[:]))
+		if _, err := io.ReadFull(c, msg); err != nil {
+			s.log.printf("dns tcp truncated from=%s data=%q", c.RemoteAddr(), msg)
+			return
+		}
+		resp := s.answer(msg, "tcp", c.RemoteAddr().String())
+		if resp == nil {
+			return
+		}
+		out := binary.BigEndian.AppendUint16(nil, uint16(len(resp)))
+		if _, err := c.Write(append(out, resp...)); err != nil {
+			return
+		}
+	}
+}
+
+// answer logs every question and builds the reply; nil means "drop".
+func (s *dnsServer) answer(req []byte, transport, from string) []byte {
+	var p dnsmessage.Parser
+	hdr, err := p.Start(req)
+	if err != nil {
+		s.log.printf("dns %s malformed from=%s data=%q", transport, from, req)
+		return nil
+	}
+	qs, err := p.AllQuestions()
+	if err != nil {
+		s.log.printf("dns %s malformed from=%s id=%d data=%q", transport, from, hdr.ID, req)
+		return reply(hdr, nil, dnsmessage.RCodeFormatError, nil)
+	}
+	rcode := dnsmessage.RCodeSuccess
+	var answers []dnsmessage.Resource
+	for i, q := range qs {
+		ip, known := s.zone.lookup(q.Name.String())
+		s.log.printf("dns %s query name=%q type=%s from=%s known=%t", transport, q.Name.String(), typeName(q.Type), from, known)
+		if i > 0 {
+			continue // one question per message is all real resolvers send
+		}
+		switch {
+		case !known:
+			rcode = dnsmessage.RCodeNameError
+		case q.Type == dnsmessage.TypeA && q.Class == dnsmessage.ClassINET:
+			var a [4]byte
+			copy(a[:], ip)
+			answers = append(answers, dnsmessage.Resource{
+				Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
+				Body:   &dnsmessage.AResource{A: a},
+			})
+		}
+		// A known name asked for another type gets NODATA: an NXDOMAIN there
+		// would let a caching resolver forget the A record too.
+	}
+	return reply(hdr, qs, rcode, answers)
+}
+
+func reply(req dnsmessage.Header, qs []dnsmessage.Question, rcode dnsmessage.RCode, answers []dnsmessage.Resource) []byte {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{
+		ID:               req.ID,
+		Response:         true,
+		OpCode:           req.OpCode,
+		Authoritative:    true,
+		RecursionDesired: req.RecursionDesired,
+		RCode:            rcode,
+	})
+	b.EnableCompression()
+	if err := b.StartQuestions(); err != nil {
+		return nil
+	}
+	for _, q := range qs {
+		if err := b.Question(q); err != nil {
+			return nil
+		}
+	}
+	if err := b.StartAnswers(); err != nil {
+		return nil
+	}
+	for _, a := range answers {
+		if err := b.AResource(a.Header, *a.Body.(*dnsmessage.AResource)); err != nil {
+			return nil
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// typeName drops the "Type" prefix dnsmessage puts on its names.
+func typeName(t dnsmessage.Type) string {
+	s := t.String()
+	if len(s) > 4 && s[:4] == "Type" {
+		return s[4:]
+	}
+	return s
+}

@@ -1,0 +1,216 @@
+// fakeupstream is the e2e suite's whole "internet": an authoritative DNS for
+// test names, a TLS/HTTPS server and raw TCP echo ports, all logging every
+// received thing one line each so tests can prove what did or did not leak.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/agent-sandbox/agent-sandbox/e2e/internal/testpki"
+)
+
+type options struct {
+	logFile string
+	zone    string
+	dnsAddr string
+	tlsAddr string
+	tcpAddr string
+	cert    string
+	key     string
+	caCert  string
+	caKey   string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.logFile, "log", "", "append events to this file as well as stdout")
+	flag.StringVar(&o.zone, "dns", "", "names to answer, name=IPv4 or *.suffix=IPv4, comma-separated")
+	flag.StringVar(&o.dnsAddr, "dns-addr", ":53", "DNS address, UDP and TCP ('' turns DNS off)")
+	flag.StringVar(&o.tlsAddr, "tls-addr", ":443", "TLS/HTTPS address ('' turns it off)")
+	flag.StringVar(&o.tcpAddr, "tcp-addr", ":2222", "TCP echo addresses, comma-separated ('' turns them off)")
+	flag.StringVar(&o.cert, "cert", "", "server certificate PEM")
+	flag.StringVar(&o.key, "key", "", "server key PEM")
+	flag.StringVar(&o.caCert, "ca-cert", "", "CA certificate PEM, to mint certificates for other *.test names")
+	flag.StringVar(&o.caKey, "ca-key", "", "CA key PEM")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "fakeupstream:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, stdout io.Writer) error {
+	out := stdout
+	if o.logFile != "" {
+		f, err := os.OpenFile(o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_SYNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("open log: %w (is the log directory mounted?)", err)
+		}
+		defer f.Close()
+		out = io.MultiWriter(f, stdout)
+	}
+	srv, err := start(o, &eventLog{w: out})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	srv.close()
+	return nil
+}
+
+// running holds the bound listeners; tests use their addresses.
+type running struct {
+	log       *eventLog
+	dnsUDP    net.PacketConn
+	dnsTCP    net.Listener
+	tls       net.Listener
+	tcp       []net.Listener
+	listeners []io.Closer
+}
+
+func start(o options, log *eventLog) (_ *running, err error) {
+	r := &running{log: log}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	z, err := parseZone(o.zone)
+	if err != nil {
+		return nil, err
+	}
+	if o.dnsAddr != "" {
+		if err := r.startDNS(o.dnsAddr, z); err != nil {
+			return nil, err
+		}
+	}
+	if o.tlsAddr != "" {
+		if err := r.startTLS(o); err != nil {
+			return nil, err
+		}
+	}
+	for _, addr := range strings.Split(o.tcpAddr, ",") {
+		if addr = strings.TrimSpace(addr); addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("tcp echo: %w", err)
+		}
+		r.add(l)
+		r.tcp = append(r.tcp, l)
+		go (&echoServer{log: log}).serve(l)
+	}
+	// The suite waits for this line before it sends anything.
+	log.printf("ready dns=%s tls=%s tcp=%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs())
+	return r, nil
+}
+
+func (r *running) startDNS(addr string, z *zone) error {
+	pc, l, err := listenDNS(addr)
+	if err != nil {
+		return err
+	}
+	r.add(pc)
+	r.add(l)
+	r.dnsUDP, r.dnsTCP = pc, l
+	s := &dnsServer{zone: z, log: r.log}
+	go s.serveUDP(pc)
+	go s.serveTCP(l)
+	return nil
+}
+
+// listenDNS binds UDP and TCP on one port; for ":0" (tests) it retries
+// because the kernel's free UDP port may be taken for TCP.
+func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns udp: %w", err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l, nil
+		}
+		pc.Close()
+		if port != "0" || attempt == 20 {
+			return nil, nil, fmt.Errorf("dns tcp: %w", err)
+		}
+	}
+}
+
+func (r *running) startTLS(o options) error {
+	var static *tls.Certificate
+	if o.cert != "" || o.key != "" {
+		c, err := tls.LoadX509KeyPair(o.cert, o.key)
+		if err != nil {
+			return fmt.Errorf("load -cert/-key: %w", err)
+		}
+		static = &c
+	}
+	var ca *testpki.CA
+	if o.caCert != "" || o.caKey != "" {
+		var err error
+		if ca, err = testpki.LoadCA(o.caCert, o.caKey); err != nil {
+			return err
+		}
+	}
+	s, err := newTLSServer(r.log, static, ca)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", o.tlsAddr)
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	r.add(l)
+	r.tls = l
+	go s.serve(l)
+	return nil
+}
+
+func (r *running) add(c io.Closer) { r.listeners = append(r.listeners, c) }
+
+func (r *running) close() {
+	for _, c := range r.listeners {
+		_ = c.Close()
+	}
+}
+
+func (r *running) dnsAddrString() string {
+	if r.dnsUDP == nil {
+		return "off"
+	}
+	return r.dnsUDP.LocalAddr().String()
+}
+
+func (r *running) tcpAddrs() string {
+	var s []string
+	for _, l := range r.tcp {
+		s = append(s, l.Addr().String())
+	}
+	if len(s) == 0 {
+		return "off"
+	}
+	return strings.Join(s, ",")
+}
+
+func addrString(l net.Listener) string {
+	if l == nil {
+		return "off"
+	}
+	return l.Addr().String()
+}

@@ -1,0 +1,521 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const sessionTimeout = 90 * time.Second
+
+// defaultAllowlist is what a row gets unless it brings its own.
+const defaultAllowlist = `# e2e default allowlist
+allowed.test
+*.wild.test
+allowed.test:2222
+`
+
+type sessionOpts struct {
+	// Args follow the binary; nil means --exec with Cmd.
+	Args []string
+	Cmd  []string
+	// Allowlist is the file's content; "" means defaultAllowlist.
+	Allowlist string
+	// HomeVolume is the volume at /home/claude; "" means a fresh one.
+	HomeVolume string
+	// Dir is the launch directory; "" means a fresh one.
+	Dir string
+	// Env adds to or (with "") removes from the session's environment.
+	Env     map[string]string
+	Stdin   string
+	Timeout time.Duration
+	// Signal is sent to the launcher once ReadyFile appears in the launch
+	// dir, i.e. once the command inside is known to run.
+	Signal    syscall.Signal
+	ReadyFile string
+}
+
+type sessionResult struct {
+	Code           int
+	Stdout, Stderr string
+	Dir            string // launch dir
+	AllowlistPath  string
+	HomeVolume     string
+	Elapsed        time.Duration
+	TimedOut       bool
+	Signalled      bool
+}
+
+// runSession launches agent-sandbox once as the test user would, then checks
+// it left nothing behind.
+func runSession(t *testing.T, o sessionOpts) sessionResult {
+	t.Helper()
+	r := sessionResult{Dir: o.Dir, HomeVolume: o.HomeVolume}
+	if r.Dir == "" {
+		r.Dir = launchDir(t)
+	}
+	if r.HomeVolume == "" {
+		r.HomeVolume = homeVolume(t)
+	}
+	cfgDir := mkdir(t, "cfg-")
+	r.AllowlistPath = filepath.Join(cfgDir, "allowed-hosts")
+	allow := o.Allowlist
+	if allow == "" {
+		allow = defaultAllowlist
+	}
+	if err := os.WriteFile(r.AllowlistPath, []byte(allow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"PWD":                          r.Dir,
+		"XDG_CONFIG_HOME":              mkdir(t, "xdg-"),
+		"AGENT_SANDBOX_ALLOWLIST":      r.AllowlistPath,
+		"AGENT_SANDBOX_HOME_VOLUME":    r.HomeVolume,
+		"AGENT_SANDBOX_UPSTREAM_DNS":   fakeIP,
+		"AGENT_SANDBOX_UPSTREAM_ALLOW": egressSubnet,
+		"AGENT_SANDBOX_IMAGE":          harness.sandboxImage,
+		"AGENT_SANDBOX_ROUTER_IMAGE":   harness.routerImage,
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	args := o.Args
+	if args == nil {
+		args = append([]string{"--exec"}, o.Cmd...)
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = sessionTimeout
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, harness.bin, args...)
+	cmd.Dir = r.Dir
+	cmd.Env = sessionEnv(env)
+	cmd.Stdin = strings.NewReader(o.Stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// On timeout the launcher gets SIGTERM, as from a closing terminal, and time
+	// to tear down, so the leftover check still means something.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	if n := timeouts.Load(); n >= maxTimeouts {
+		t.Fatalf("not launched: %d sessions already hung; fix that first (see the first timed-out row)", n)
+	}
+	start := time.Now()
+	err := cmd.Start()
+	if err == nil {
+		launched.Store(cmd.Process.Pid, true)
+		done := make(chan struct{})
+		signalled := make(chan bool, 1)
+		if o.Signal != 0 {
+			go func() { signalled <- signalWhenReady(cmd.Process, filepath.Join(r.Dir, o.ReadyFile), o.Signal, done) }()
+		}
+		err = cmd.Wait()
+		close(done)
+		if o.Signal != 0 {
+			r.Signalled = <-signalled
+		}
+	}
+	r.Elapsed = time.Since(start)
+	r.Stdout, r.Stderr = stdout.String(), stderr.String()
+	r.TimedOut = ctx.Err() != nil
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		r.Code = exit.ExitCode()
+	default:
+		t.Fatalf("cannot run %s: %v", harness.bin, err)
+	}
+	t.Logf("session %s in %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
+		describeArgs(args), r.Dir, r.Code, r.Elapsed.Round(time.Millisecond), indent(r.Stdout), indent(r.Stderr))
+	if r.TimedOut {
+		timeouts.Add(1)
+		t.Errorf("session did not finish within %s (sent SIGTERM)", timeout)
+	}
+	assertNoLeftovers(t)
+	return r
+}
+
+// signalWhenReady sends sig once file exists, unless the launcher ends first.
+func signalWhenReady(p *os.Process, file string, sig syscall.Signal, done <-chan struct{}) bool {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return false
+		case <-tick.C:
+			if _, err := os.Stat(file); err == nil {
+				return p.Signal(sig) == nil
+			}
+		}
+	}
+}
+
+// launched holds the pid of every launcher this run started: leftovers are
+// attributed to sessions through the pid in the session name.
+var launched sync.Map
+
+// After this many hung sessions the rest fail at once instead of each
+// waiting out its timeout.
+const maxTimeouts = 2
+
+var timeouts atomic.Int32
+
+// describeArgs keeps the log readable: probe scripts are long.
+func describeArgs(args []string) string {
+	var out []string
+	for _, a := range args {
+		if len(a) > 120 {
+			a = a[:60] + fmt.Sprintf("...(%d bytes)", len(a))
+		}
+		out = append(out, strconv.Quote(a))
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+// sessionEnv is the clean environment hack/run-e2e gives the suite plus the
+// session's own variables; nothing else of the caller's leaks in.
+func sessionEnv(extra map[string]string) []string {
+	env := map[string]string{}
+	for _, k := range []string{"HOME", "USER", "PATH", "XDG_RUNTIME_DIR", "AGENT_SANDBOX_PODMAN"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	for k, v := range extra {
+		if v == "" {
+			delete(env, k)
+			continue
+		}
+		env[k] = v
+	}
+	var out []string
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func indent(s string) string {
+	if s == "" {
+		return "    (empty)"
+	}
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+// mkdir makes a fresh directory in the run's work dir, under $HOME but never
+// $HOME itself (the launcher refuses to mount that).
+func mkdir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(harness.workDir, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// launchDir is a fresh launch directory holding the test CA as ca.pem.
+func launchDir(t *testing.T) string {
+	t.Helper()
+	dir := mkdir(t, "launch-")
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), harness.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// homeVolume names a volume private to the test and removes it afterwards.
+func homeVolume(t *testing.T) string {
+	t.Helper()
+	name := homeVolumePrefix + newNonce(t)
+	t.Cleanup(func() {
+		if _, err := podman("volume", "exists", name); err != nil {
+			return
+		}
+		if _, err := podman("volume", "rm", "-f", name); err != nil {
+			t.Errorf("cannot remove home volume: %v", err)
+		}
+	})
+	return name
+}
+
+func wantCode(t *testing.T, r sessionResult, want int) {
+	t.Helper()
+	if r.Code != want {
+		t.Errorf("exit code = %d, want %d; stderr:\n%s", r.Code, want, indent(r.Stderr))
+	}
+}
+
+// leftovers is what sessions must not leave: podman objects named or
+// labelled as a session, launcher temp dirs, and podman API services.
+type leftovers struct {
+	Containers, Pods, Networks, RuntimeDirs, Services []string
+}
+
+func (l leftovers) empty() bool {
+	return len(l.Containers)+len(l.Pods)+len(l.Networks)+len(l.RuntimeDirs)+len(l.Services) == 0
+}
+
+func (l leftovers) String() string {
+	var b strings.Builder
+	for _, kv := range []struct {
+		k string
+		v []string
+	}{{"containers", l.Containers}, {"pods", l.Pods}, {"networks", l.Networks}, {"runtime dirs", l.RuntimeDirs}, {"api services", l.Services}} {
+		if len(kv.v) > 0 {
+			fmt.Fprintf(&b, "  %s: %s\n", kv.k, strings.Join(kv.v, ", "))
+		}
+	}
+	return b.String()
+}
+
+// minus drops what was already there before the run.
+func (l leftovers) minus(base leftovers) leftovers {
+	drop := func(a, b []string) []string {
+		var out []string
+		for _, x := range a {
+			if !slices.Contains(b, x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	return leftovers{
+		Containers:  drop(l.Containers, base.Containers),
+		Pods:        drop(l.Pods, base.Pods),
+		Networks:    drop(l.Networks, base.Networks),
+		RuntimeDirs: drop(l.RuntimeDirs, base.RuntimeDirs),
+		Services:    drop(l.Services, base.Services),
+	}
+}
+
+const sessionLabel = "agent-sandbox.session"
+
+func isSessionName(name string) bool {
+	return strings.HasPrefix(name, "agent-sandbox-") && name != egressNet
+}
+
+func listLeftovers() (leftovers, error) {
+	var l leftovers
+	var err error
+	// A pod's infra container is named after the pod's id; the pod name
+	// beside it lets split() attribute it.
+	if l.Containers, err = sessionObjects([]string{"ps", "-a", "--pod"}, "{{.Names}}{{if .PodName}} (pod {{.PodName}}){{end}}"); err != nil {
+		return l, err
+	}
+	if l.Pods, err = sessionObjects([]string{"pod", "ps"}, "{{.Name}}"); err != nil {
+		return l, err
+	}
+	if l.Networks, err = sessionObjects([]string{"network", "ls"}, "{{.Name}}"); err != nil {
+		return l, err
+	}
+	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
+	for _, m := range matches {
+		l.RuntimeDirs = append(l.RuntimeDirs, filepath.Base(m))
+	}
+	l.Services = apiServices()
+	return l, nil
+}
+
+// sessionObjects lists by name prefix and by label in one call: a bug could
+// drop either. A labelled object is shown with its session so split() can
+// attribute it.
+func sessionObjects(list []string, format string) ([]string, error) {
+	all, err := podman(append(list, "--format", format+"\t{{.Labels}}")...)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range lines(all) {
+		name, labels, _ := strings.Cut(line, "\t")
+		name = strings.TrimSpace(name)
+		labelled := strings.Contains(labels, sessionLabel)
+		if m := sessionLabelValue.FindStringSubmatch(labels); m != nil && !strings.Contains(name, m[1]) {
+			name += " [session " + m[1] + "]"
+		}
+		if labelled || isSessionName(name) || strings.Contains(name, "(pod agent-sandbox-") {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// sessionLabelValue reads the session label from podman's map or k=v output.
+var sessionLabelValue = regexp.MustCompile(regexp.QuoteMeta(sessionLabel) + `[:=](agent-sandbox-[0-9]+-[0-9]+)`)
+
+// apiServices finds this user's `podman system service` processes serving a
+// socket in a launcher temp dir.
+func apiServices() []string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, p := range procs {
+		fi, err := os.Stat(filepath.Dir(p))
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.Contains(cmdline, "system service") && strings.Contains(cmdline, "/agent-sandbox-") {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, fmt.Sprintf("pid %d: %s", pid, cmdline))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sessionPID finds the launcher pid in a session name, a runtime dir or a
+// service command line: agent-sandbox-<unix time>-<pid>.
+var sessionPID = regexp.MustCompile(`agent-sandbox-[0-9]+-([0-9]+)`)
+
+// split separates what this run's launchers left from what other users of
+// the same podman store are running meanwhile. Anything that cannot be
+// attributed counts as ours: an unknown naming scheme must not hide a leak.
+func (l leftovers) split() (ours, foreign leftovers) {
+	part := func(items []string) (mine, others []string) {
+		for _, it := range items {
+			m := sessionPID.FindStringSubmatch(it)
+			if m == nil {
+				mine = append(mine, it)
+				continue
+			}
+			pid, _ := strconv.Atoi(m[1])
+			if _, ok := launched.Load(pid); ok {
+				mine = append(mine, it)
+			} else {
+				others = append(others, it)
+			}
+		}
+		return mine, others
+	}
+	ours.Containers, foreign.Containers = part(l.Containers)
+	ours.Pods, foreign.Pods = part(l.Pods)
+	ours.Networks, foreign.Networks = part(l.Networks)
+	ours.RuntimeDirs, foreign.RuntimeDirs = part(l.RuntimeDirs)
+	ours.Services, foreign.Services = part(l.Services)
+	return ours, foreign
+}
+
+func currentLeftovers() (ours, foreign leftovers, err error) {
+	l, err := listLeftovers()
+	if err != nil {
+		return l, l, err
+	}
+	ours, foreign = l.minus(harness.baseline).split()
+	return ours, foreign, nil
+}
+
+// assertNoLeftovers fails the row if any session object outlived its
+// launcher. Called after every session.
+func assertNoLeftovers(t *testing.T) {
+	t.Helper()
+	ours, foreign, err := currentLeftovers()
+	if err != nil {
+		t.Errorf("cannot list leftovers: %v", err)
+		return
+	}
+	if !foreign.empty() {
+		t.Logf("ignoring session objects of launchers this run did not start:\n%s", foreign)
+	}
+	if ours.empty() {
+		return
+	}
+	t.Errorf("the session left behind:\n%s", ours)
+	// Say whether it was a race with teardown or a real leak, then clean up so
+	// one leak does not fail every later row.
+	time.Sleep(3 * time.Second)
+	if later, _, err := currentLeftovers(); err == nil {
+		if later.empty() {
+			t.Logf("all of it was gone 3s later: teardown finished after the launcher exited")
+			return
+		}
+		t.Logf("still there 3s later:\n%s", later)
+		removeLeftovers(t, later)
+		// What could not be removed is reported here once, not by every
+		// later row.
+		if rest, _, err := currentLeftovers(); err == nil {
+			harness.baseline = harness.baseline.plus(rest)
+		}
+	}
+}
+
+func (l leftovers) plus(o leftovers) leftovers {
+	return leftovers{
+		Containers:  append(slices.Clone(l.Containers), o.Containers...),
+		Pods:        append(slices.Clone(l.Pods), o.Pods...),
+		Networks:    append(slices.Clone(l.Networks), o.Networks...),
+		RuntimeDirs: append(slices.Clone(l.RuntimeDirs), o.RuntimeDirs...),
+		Services:    append(slices.Clone(l.Services), o.Services...),
+	}
+}
+
+// removeLeftovers removes only what a launcher of this run created.
+func removeLeftovers(t *testing.T, l leftovers) {
+	t.Helper()
+	ours := func(item string) bool {
+		m := sessionPID.FindStringSubmatch(item)
+		if m == nil {
+			return false
+		}
+		pid, _ := strconv.Atoi(m[1])
+		_, ok := launched.Load(pid)
+		return ok
+	}
+	for _, c := range l.Containers {
+		if ours(c) {
+			name, _, _ := strings.Cut(c, " ")
+			_, _ = podman("rm", "-f", "-t", "0", name)
+		}
+	}
+	for _, p := range l.Pods {
+		if ours(p) {
+			_, _ = podman("pod", "rm", "-f", "-t", "0", p)
+		}
+	}
+	for _, n := range l.Networks {
+		if ours(n) {
+			_, _ = podman("network", "rm", "-f", n)
+		}
+	}
+	for _, d := range l.RuntimeDirs {
+		if ours(d) {
+			removeAll(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), d))
+		}
+	}
+	for _, s := range l.Services {
+		var pid int
+		if _, err := fmt.Sscanf(s, "pid %d:", &pid); err == nil && ours(s) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	if after, _, err := currentLeftovers(); err == nil && !after.empty() {
+		t.Logf("could not clean up:\n%s", after)
+	}
+}
