@@ -37,7 +37,8 @@ type engine interface {
 	// ContainerStartReady starts a container and waits until it prints a
 	// line containing ready; it fails if the container exits first.
 	ContainerStartReady(ctx context.Context, name, ready string) error
-	// ContainerLogs returns the last lines of a container's output, for errors.
+	// ContainerLogs returns the last lines of a container's output (all of
+	// it when lines is 0).
 	ContainerLogs(ctx context.Context, name string, lines int) string
 	// ContainerRun attaches the terminal, starts the container and waits for
 	// it; it returns the container's exit code.
@@ -245,7 +246,11 @@ func (podmanEngine) ContainerStartReady(ctx context.Context, name, ready string)
 func (podmanEngine) ContainerLogs(ctx context.Context, name string, lines int) string {
 	out := make(chan string, 64)
 	done := make(chan error, 1)
-	opts := new(containers.LogOptions).WithStdout(true).WithStderr(true).WithTail(fmt.Sprint(lines))
+	tail := "-1" // podman's "all"
+	if lines > 0 {
+		tail = fmt.Sprint(lines)
+	}
+	opts := new(containers.LogOptions).WithStdout(true).WithStderr(true).WithTail(tail)
 	go func() { done <- containers.Logs(ctx, name, opts, out, out); close(out) }()
 	var got []string
 	for l := range out {
@@ -254,7 +259,7 @@ func (podmanEngine) ContainerLogs(ctx context.Context, name string, lines int) s
 	if err := <-done; err != nil && len(got) == 0 {
 		return fmt.Sprintf("(no logs: %v)", err)
 	}
-	if len(got) > lines {
+	if lines > 0 && len(got) > lines {
 		got = got[len(got)-lines:]
 	}
 	return strings.Join(got, "\n")

@@ -29,6 +29,8 @@ type fakeEngine struct {
 	stopped map[string]chan struct{}
 	// missingImages are reported absent by ImageExists.
 	missingImages map[string]bool
+	// logs are containers' logs; any other container logs a fake line.
+	logs map[string]string
 	// labelled is what ListLabelled returns.
 	labelled []labelledObject
 
@@ -102,6 +104,9 @@ func (f *fakeEngine) ContainerStartReady(_ context.Context, name, ready string) 
 
 func (f *fakeEngine) ContainerLogs(_ context.Context, name string, _ int) string {
 	_ = f.record("ContainerLogs", name)
+	if l, ok := f.logs[name]; ok {
+		return l
+	}
 	return "nginx: [emerg] fake log line"
 }
 

@@ -278,6 +278,12 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		if agentStarted && !agentExited {
 			_ = eng.ContainerStop(tctx, names.agent, agentStopTimeout)
 		}
+		if agentStarted {
+			// Say what the allowlist blocked: a silent failure is the most
+			// common complaint about allowlist sandboxes.
+			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), cfg.entries)
+			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
+		}
 		// The pod and the router are independent; the network goes last
 		// since both are attached to it.
 		var wg sync.WaitGroup

@@ -94,7 +94,7 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if code := runSession(context.Background(), eng, cfg); code != 7 {
 		t.Fatalf("exit code = %d, want the agent's 7", code)
 	}
-	if len(eng.calls) != len(happyCalls)+3 {
+	if len(eng.calls) != len(happyCalls)+4 {
 		t.Fatalf("calls:\n%s", strings.Join(eng.calls, "\n"))
 	}
 	n := len(setupCalls)
@@ -172,9 +172,7 @@ func TestSessionSignalStopsAgentBeforeRemoval(t *testing.T) {
 	if code := runSession(ctx, eng, testConfig(t)); code != exitSignal {
 		t.Fatalf("exit code = %d, want %d", code, exitSignal)
 	}
-	if stop := eng.calls[len(eng.calls)-4]; stop != "ContainerStop "+testSession+"-claude" {
-		t.Fatalf("agent not stopped before removal: %v", eng.calls)
-	}
+	checkInOrder(t, eng.calls, []string{"ContainerRun " + testSession + "-claude", "ContainerStop " + testSession + "-claude", "PodRemove " + testSession})
 	checkTeardown(t, eng.calls)
 }
 
@@ -342,10 +340,28 @@ func TestSessionEndsWhenAHelperDies(t *testing.T) {
 			if !strings.Contains(out, "the "+helper+" ("+name+") stopped") || !strings.Contains(out, "fake log line") {
 				t.Fatalf("stderr does not say which helper stopped and why: %q", out)
 			}
-			if stop := eng.calls[len(eng.calls)-4]; stop != "ContainerStop "+testSession+"-claude" {
-				t.Fatalf("agent not stopped: %v", eng.calls)
-			}
+			checkInOrder(t, eng.calls, []string{"ContainerRun " + testSession + "-claude", "ContainerStop " + testSession + "-claude", "PodRemove " + testSession})
 			checkTeardown(t, eng.calls)
 		})
+	}
+}
+
+func TestSessionReportsWhatWasBlocked(t *testing.T) {
+	eng := newFakeEngine()
+	eng.logs = map[string]string{testSession + "-router": sampleRouterLog}
+	stderr := captureStderr(t)
+	runSession(context.Background(), eng, testConfig(t))
+	out := stderr()
+	if !strings.Contains(out, "the allowlist blocked these hosts") || !strings.Contains(out, "agent-sandbox allow denied.test") {
+		t.Fatalf("no blocked summary on stderr: %q", out)
+	}
+	checkInOrder(t, eng.calls, []string{"ContainerLogs " + testSession + "-router", "ContainerRemove " + testSession + "-router"})
+
+	eng = newFakeEngine()
+	eng.logs = map[string]string{testSession + "-router": "dnsmasq[13]: config allowed.test is 127.0.0.1\n"}
+	stderr = captureStderr(t)
+	runSession(context.Background(), eng, testConfig(t))
+	if out := stderr(); strings.Contains(out, "blocked") {
+		t.Fatalf("summary printed although nothing was blocked: %q", out)
 	}
 }

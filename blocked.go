@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// blockedHost is a name the agent tried to reach that the allowlist does
+// not name, as the router logged it.
+type blockedHost struct {
+	name        string
+	lookups     int // dnsmasq answered NXDOMAIN
+	connections int // nginx closed a TLS connection with this SNI
+}
+
+var (
+	// dnsmasq with log-queries: "config NAME is NXDOMAIN".
+	dnsmasqDenied = regexp.MustCompile(`\bconfig (\S+) is NXDOMAIN$`)
+	// nginx, in router.go's log_format: an SNI without an upstream.
+	nginxDenied = regexp.MustCompile(`\bport=443 sni="([^"]*)" upstream="-"`)
+	// Only plain host names are echoed to the terminal: the names come from
+	// the agent, which could otherwise write escape sequences.
+	printableHost = regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?$`)
+)
+
+// blockedHosts reads the router's log for names the agent was refused,
+// most refused first. Names the allowlist does name (refused for another
+// reason, such as an upstream address in a private range) are left out.
+func blockedHosts(routerLog string, entries []entry) (hosts []blockedHost, unprintable int) {
+	byName := map[string]*blockedHost{}
+	get := func(name string) *blockedHost {
+		name = strings.TrimSuffix(strings.ToLower(name), ".")
+		if byName[name] == nil {
+			byName[name] = &blockedHost{name: name}
+		}
+		return byName[name]
+	}
+	for _, line := range strings.Split(routerLog, "\n") {
+		line = strings.TrimRight(line, "\r")
+		if m := dnsmasqDenied.FindStringSubmatch(line); m != nil {
+			get(m[1]).lookups++
+		} else if m := nginxDenied.FindStringSubmatch(line); m != nil && m[1] != "" && m[1] != "-" {
+			get(m[1]).connections++
+		}
+	}
+	for name, h := range byName {
+		switch {
+		case !printableHost.MatchString(name):
+			unprintable++
+		case !allowlisted(name, entries):
+			hosts = append(hosts, *h)
+		}
+	}
+	sort.Slice(hosts, func(i, j int) bool {
+		a, b := hosts[i].lookups+hosts[i].connections, hosts[j].lookups+hosts[j].connections
+		if a != b {
+			return a > b
+		}
+		return hosts[i].name < hosts[j].name
+	})
+	return hosts, unprintable
+}
+
+// allowlisted reports whether TLS to name is allowed by entries.
+func allowlisted(name string, entries []entry) bool {
+	for _, e := range entries {
+		if e.Port != tlsPort {
+			continue
+		}
+		if e.Wildcard && strings.HasSuffix(name, "."+e.Host) || !e.Wildcard && name == e.Host {
+			return true
+		}
+	}
+	return false
+}
+
+// blockedSummary is what the user sees on stderr when a session ends;
+// empty when nothing was blocked.
+func blockedSummary(hosts []blockedHost, unprintable int) string {
+	if len(hosts) == 0 && unprintable == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("agent-sandbox: the allowlist blocked these hosts in this session:\n")
+	width := 0
+	for _, h := range hosts {
+		width = max(width, len(h.name))
+	}
+	for _, h := range hosts {
+		var what []string
+		if h.lookups > 0 {
+			what = append(what, plural(h.lookups, "lookup"))
+		}
+		if h.connections > 0 {
+			what = append(what, plural(h.connections, "connection"))
+		}
+		fmt.Fprintf(&b, "agent-sandbox:   %-*s  %-24s allow it: agent-sandbox allow %s\n", width, h.name, strings.Join(what, ", "), h.name)
+	}
+	if unprintable > 0 {
+		what := "names that are not host names"
+		if unprintable == 1 {
+			what = "name that is not a host name"
+		}
+		fmt.Fprintf(&b, "agent-sandbox:   and %d %s\n", unprintable, what)
+	}
+	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
