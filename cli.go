@@ -20,15 +20,17 @@ func run(ctx context.Context, args []string) int {
 
 func newRootCommand(ctx context.Context, code *int) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--exec CMD [ARGS...]] [claude args...]",
+		Use:   "agent-sandbox [--env NAME]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
 way out is a per-session router that answers and forwards the hosts named in
-the allowlist.`,
+the allowlist. Nothing of your environment is passed in unless you name it
+with --env, before --exec or claude's own arguments.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
+  agent-sandbox --env ANTHROPIC_API_KEY   # pass one host variable in
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.

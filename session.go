@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -63,26 +64,68 @@ type sessionConfig struct {
 	tmp           string // mounted read-only into the router
 	entries       []entry
 	cmd           []string
+	env           map[string]string // passed with --env
 	tty           bool
 	upstreamDNS   string
 	upstreamAllow string
 }
 
-// launch runs one session and returns the process exit code.
-func launch(ctx context.Context, args []string) int {
-	cmd := append([]string{"claude"}, args...)
+// launchArgs are the launcher's own leading options and the agent command.
+type launchArgs struct {
+	cmd []string
+	// env is passed into the agent explicitly; nothing of the host's
+	// environment is by default.
+	env map[string]string
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseLaunchArgs takes `[--env NAME]... [--exec CMD ARGS... | claude args...]`.
+// Everything after the launcher's options belongs to the agent.
+func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
+	la := launchArgs{env: map[string]string{}}
+	for len(args) > 0 && (args[0] == "--env" || strings.HasPrefix(args[0], "--env=")) {
+		name, inline := strings.CutPrefix(args[0], "--env=")
+		if inline {
+			args = args[1:]
+		} else {
+			if len(args) < 2 {
+				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
+			}
+			name, args = args[1], args[2:]
+		}
+		if !envName.MatchString(name) {
+			return la, fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", name)
+		}
+		v, ok := getenv(name)
+		if !ok {
+			return la, fmt.Errorf("--env %s: %s is not set in your environment", name, name)
+		}
+		la.env[name] = v
+	}
+	la.cmd = append([]string{"claude"}, args...)
 	if len(args) > 0 && args[0] == "--exec" {
-		cmd = args[1:]
-		if len(cmd) == 0 {
-			warn("--exec needs a command, as in: agent-sandbox --exec bash")
-			return exitRefused
+		la.cmd = args[1:]
+		if len(la.cmd) == 0 {
+			return la, errors.New("--exec needs a command, as in: agent-sandbox --exec bash")
 		}
 	}
-	cfg, err := prepare(cmd)
+	return la, nil
+}
+
+// launch runs one session and returns the process exit code.
+func launch(ctx context.Context, args []string) int {
+	la, err := parseLaunchArgs(args, os.LookupEnv)
 	if err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
+	cfg, err := prepare(la.cmd)
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	cfg.env = la.env
 
 	runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
 	if runtimeDir == "" {
@@ -498,7 +541,12 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
 	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
 	c.WorkDir = cfg.launchDir
-	c.Env = map[string]string{"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_TMPDIR": "/var/tmp"}
+	c.Env = map[string]string{}
+	for k, v := range cfg.env {
+		c.Env[k] = v
+	}
+	c.Env["DISABLE_AUTOUPDATER"] = "1"
+	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
 	c.Command = cfg.cmd
 	return c
 }
