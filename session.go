@@ -391,7 +391,8 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	wg.Go(func() {
 		settle(startHelper(bctx, eng, routerSpec(routerImage, names, labels, routerIP, cfg), "routerd: ready"))
 	})
-	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, forwards)) })
+	agent := agentSpec(image, names, labels, homeVolume, cfg)
+	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, forwards, agent)) })
 	wg.Wait()
 	if ctx.Err() != nil {
 		return exitSignal
@@ -400,9 +401,6 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		return first
 	}
 
-	if err := eng.ContainerCreate(ctx, agentSpec(image, names, labels, homeVolume, cfg)); err != nil {
-		return fail(err)
-	}
 	agentStarted = true
 	code, err = runAgent(ctx, eng, names, cfg.tty)
 	agentExited = err == nil
@@ -460,8 +458,9 @@ func startHelper(ctx context.Context, eng engine, s *specgen.SpecGenerator, read
 	return startReady(ctx, eng, s.Name, ready)
 }
 
-// startPod creates the pod and starts its loopback forwarder.
-func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, forwards string) int {
+// startPod creates the pod, starts its loopback forwarder and creates the
+// agent's container.
+func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, forwards string, agent *specgen.SpecGenerator) int {
 	p, err := podSpec(names, labels, routerIP)
 	if err != nil {
 		return fail(err)
@@ -472,7 +471,25 @@ func startPod(ctx context.Context, eng engine, names sessionNames, labels map[st
 		}
 		return fail(err)
 	}
-	return startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, forwards), "forwarder: ready")
+	// The agent is created (not started) while the forwarder starts, so
+	// that only its start is left once both helpers are ready.
+	agentCreated := make(chan int, 1)
+	go func() {
+		if err := eng.ContainerCreate(ctx, agent); err != nil {
+			if ctx.Err() != nil {
+				agentCreated <- exitSignal
+				return
+			}
+			agentCreated <- fail(err)
+			return
+		}
+		agentCreated <- 0
+	}()
+	code := startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, forwards), "forwarder: ready")
+	if agentCode := <-agentCreated; code == 0 {
+		code = agentCode
+	}
+	return code
 }
 
 func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig) *specgen.SpecGenerator {

@@ -52,11 +52,10 @@ var (
 		"ContainerCreate " + testSession + "-forwarder",
 		"ContainerStartReady " + testSession + "-forwarder forwarder: ready",
 	}
-	agentCalls = []string{
-		"ContainerCreate " + testSession + "-claude",
-		"ContainerRun " + testSession + "-claude",
-	}
-	happyCalls = slices.Concat(setupCalls, routerCalls, podCalls, agentCalls)
+	// The agent is created beside the forwarder, after the pod.
+	agentCreate = "ContainerCreate " + testSession + "-claude"
+	agentRun    = "ContainerRun " + testSession + "-claude"
+	happyCalls  = slices.Concat(setupCalls, routerCalls, podCalls, []string{agentCreate, agentRun})
 )
 
 // checkTeardown asserts the session ends with the pod and router removed
@@ -101,11 +100,12 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if !slices.Equal(eng.calls[:n], setupCalls) {
 		t.Fatalf("setup = %v, want %v", eng.calls[:n], setupCalls)
 	}
-	middle := eng.calls[n : n+5]
+	middle := eng.calls[n : n+6]
 	checkInOrder(t, middle, routerCalls)
 	checkInOrder(t, middle, podCalls)
-	if !slices.Equal(eng.calls[n+5:n+7], agentCalls) {
-		t.Fatalf("agent calls = %v, want %v after both helpers", eng.calls[n+5:n+7], agentCalls)
+	checkInOrder(t, middle, []string{podCalls[0], agentCreate})
+	if eng.calls[n+6] != agentRun {
+		t.Fatalf("call after both helpers = %q, want %q", eng.calls[n+6], agentRun)
 	}
 	checkTeardown(t, eng.calls)
 	for _, f := range []string{"dnsmasq.conf", "nginx.conf"} {
@@ -131,7 +131,7 @@ func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
 			if !slices.Contains(eng.calls, step) {
 				t.Fatalf("failing step %q never called", step)
 			}
-			if step != agentCalls[1] && slices.Contains(eng.calls, agentCalls[1]) {
+			if step != agentRun && slices.Contains(eng.calls, agentRun) {
 				t.Fatalf("agent ran although %q failed", step)
 			}
 			if i := slices.Index(setupCalls, step); i >= 0 && len(eng.calls) != i+1+3 {
@@ -150,8 +150,8 @@ func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
-	if slices.Contains(eng.calls, agentCalls[0]) {
-		t.Fatal("agent created although the router never got ready")
+	if slices.Contains(eng.calls, agentRun) {
+		t.Fatal("agent ran although the router never got ready")
 	}
 	if !slices.Contains(eng.calls, "ContainerLogs "+testSession+"-router") {
 		t.Fatal("router logs were not fetched")
