@@ -127,9 +127,9 @@ func launch(ctx context.Context, args []string) int {
 	}
 	cfg.env = la.env
 
-	runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
-	if runtimeDir == "" {
-		warn("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
+	runtimeDir, err := xdgRuntimeDir()
+	if err != nil {
+		warn("%v", err)
 		return exitRefused
 	}
 	tmp, err := os.MkdirTemp(runtimeDir, cfg.name+".")
@@ -139,15 +139,41 @@ func launch(ctx context.Context, args []string) int {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	cfg.tmp = tmp
-	// The API socket lives apart from tmp, which is mounted into the router.
-	apiDir, err := os.MkdirTemp(runtimeDir, cfg.name+"-api.")
+
+	trace := newTracer()
+	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
+		// Sessions whose launcher was killed are cleaned up beside this
+		// one, so that they cost it no start-up time.
+		gcDone := make(chan struct{})
+		go func() {
+			defer close(gcDone)
+			_, _ = collectGarbage(opCtx, eng, runtimeDir)
+		}()
+		defer func() { <-gcDone }()
+		return runSession(opCtx, eng, cfg)
+	})
+}
+
+func xdgRuntimeDir() (string, error) {
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		return "", errors.New("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
+	}
+	return dir, nil
+}
+
+// withService runs fn against a private podman API service whose socket
+// lives in a temp dir of its own (never the one mounted into the router),
+// and stops the service and removes the dir afterwards. A signal on ctx
+// cancels fn's context and makes the exit code 130.
+func withService(ctx context.Context, runtimeDir, name string, trace *tracer, fn func(context.Context, engine) int) int {
+	apiDir, err := os.MkdirTemp(runtimeDir, name+"-api.")
 	if err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
 	defer func() { _ = os.RemoveAll(apiDir) }()
 
-	trace := newTracer()
 	done := trace.step("podman service start")
 	conn, eng, stopService, err := startService(apiDir)
 	done()
@@ -163,19 +189,10 @@ func launch(ctx context.Context, args []string) int {
 	if trace.on {
 		eng = tracedEngine{eng, trace}
 	}
-
 	opCtx, cancel := context.WithCancel(conn)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
-	// Sessions whose launcher was killed are cleaned up beside this one,
-	// so that they cost it no start-up time.
-	gcDone := make(chan struct{})
-	go func() {
-		defer close(gcDone)
-		_, _ = collectGarbage(opCtx, eng, runtimeDir)
-	}()
-	defer func() { <-gcDone }()
-	code := runSession(opCtx, eng, cfg)
+	code := fn(opCtx, eng)
 	if ctx.Err() != nil {
 		return exitSignal
 	}
@@ -184,35 +201,23 @@ func launch(ctx context.Context, args []string) int {
 
 // gc removes what killed sessions left behind and returns the exit code.
 func gc(ctx context.Context, out io.Writer) int {
-	runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
-	if runtimeDir == "" {
-		warn("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
-		return exitRefused
-	}
-	// Named like a session's API dir, so that a killed gc is collected too.
-	apiDir, err := os.MkdirTemp(runtimeDir, fmt.Sprintf("agent-sandbox-%d-%d-api.", time.Now().Unix(), os.Getpid()))
+	dir, err := xdgRuntimeDir()
 	if err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
-	defer func() { _ = os.RemoveAll(apiDir) }()
-	conn, eng, stopService, err := startService(apiDir)
-	defer stopService()
-	if err != nil {
-		warn("%v", err)
-		return exitPodman
-	}
-	opCtx, cancel := context.WithCancel(conn)
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	removed, err := collectGarbage(opCtx, eng, runtimeDir)
-	for _, r := range removed {
-		fmt.Fprintln(out, "removed", r)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	return 0
+	// Named like a session, so that a killed gc is collected too.
+	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	return withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
+		removed, err := collectGarbage(opCtx, eng, dir)
+		for _, r := range removed {
+			fmt.Fprintln(out, "removed", r)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return 0
+	})
 }
 
 // prepare checks the launch directory and the allowlist and names the
