@@ -70,5 +70,6 @@ runs, are never touched.`,
 			*code = gc(ctx, cmd.OutOrStdout())
 		},
 	})
+	addUserCommands(root, ctx, code)
 	return root
 }

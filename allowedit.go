@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// addUserCommands registers the commands that edit and show the allowlist
+// and check the machine.
+func addUserCommands(root *cobra.Command, ctx context.Context, code *int) {
+	root.AddCommand(
+		newAllowCommand(code),
+		newDenyCommand(code),
+		newHostsCommand(code),
+		newDoctorCommand(ctx, code),
+	)
+}
+
+// reportFlagErrors makes a bad flag say so: the root command silences
+// cobra's own error output.
+func reportFlagErrors(c *cobra.Command) *cobra.Command {
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		warn("%v; see %s --help", err, c.CommandPath())
+		return err
+	})
+	return c
+}
+
+func newAllowCommand(code *int) *cobra.Command {
+	return reportFlagErrors(&cobra.Command{
+		Use:   "allow HOST[:PORT]...",
+		Short: "Add hosts to the allowlist",
+		Long: `allow appends each host that is not already in the allowlist, with a
+comment saying when it was added. Comments, blank lines and the order of the
+file are kept. Every argument is checked first: if one is not a valid entry,
+nothing is written.`,
+		Example: `  agent-sandbox allow api.openai.com         # TLS on port 443, checked by SNI
+  agent-sandbox allow '*.googleapis.com'     # any name under googleapis.com
+  agent-sandbox allow gitlab.example.com:22  # raw TCP to that host and port (ssh)`,
+		Args: cobra.ArbitraryArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			*code = editCommand("allow", args, func(content []byte, entries []entry) ([]byte, []string) {
+				return allowLines(content, entries, time.Now().Format(time.DateOnly))
+			})
+		},
+	})
+}
+
+func newDenyCommand(code *int) *cobra.Command {
+	return reportFlagErrors(&cobra.Command{
+		Use:   "deny HOST[:PORT]...",
+		Short: "Remove hosts from the allowlist",
+		Long: `deny removes every line of the allowlist whose entry is HOST[:PORT]; the rest
+of the file stays as it is. Entries are compared after normalisation, so
+Example.COM. and example.com:443 both remove example.com. A wildcard is only
+removed by naming the wildcard itself.`,
+		Example: `  agent-sandbox deny sentry.io
+  agent-sandbox deny github.com:22 '*.example.com'`,
+		Args: cobra.ArbitraryArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			*code = editCommand("deny", args, denyLines)
+		},
+	})
+}
+
+func newHostsCommand(code *int) *cobra.Command {
+	return reportFlagErrors(&cobra.Command{
+		Use:   "hosts",
+		Short: "Print the effective allowlist",
+		Long: `hosts prints the allowlist as sessions see it: one normalised entry a line,
+sorted, duplicates merged, comments dropped. The file's path goes to stderr.`,
+		Example: `  agent-sandbox hosts
+  agent-sandbox hosts 2>/dev/null | grep github`,
+		Args: cobra.ArbitraryArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			if len(args) > 0 {
+				warn("hosts takes no arguments; to add one use: agent-sandbox allow %s", args[0])
+				*code = exitRefused
+				return
+			}
+			path := allowlistPath()
+			if err := ensureAllowlist(path); err != nil {
+				warnLines(err)
+				*code = exitRefused
+				return
+			}
+			entries, err := parseAllowlist(path)
+			if err != nil {
+				warnLines(err)
+				*code = exitRefused
+				return
+			}
+			warn("%s: %s", path, countEntries(len(entries)))
+			out := cmd.OutOrStdout()
+			for _, e := range entries {
+				fmt.Fprintln(out, e.String())
+			}
+		},
+	})
+}
+
+// warnLines prefixes every line of a multi-line error, not just the first.
+func warnLines(err error) {
+	for _, l := range strings.Split(err.Error(), "\n") {
+		warn("%s", l)
+	}
+}
+
+func countEntries(n int) string {
+	switch n {
+	case 0:
+		return "no entries: sessions have no network"
+	case 1:
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
+}
+
+// editCommand runs allow or deny on the allowlist and returns the exit code.
+func editCommand(name string, args []string, edit editFunc) int {
+	if len(args) == 0 {
+		warn("%s needs at least one host, as in: agent-sandbox %s api.example.com", name, name)
+		return exitRefused
+	}
+	msgs, err := editAllowlist(allowlistPath(), args, edit)
+	if err != nil {
+		warnLines(err)
+		return exitRefused
+	}
+	for _, m := range msgs {
+		warn("%s", m)
+	}
+	return 0
+}
+
+// editFunc turns the allowlist's bytes into new bytes and says what changed.
+type editFunc func(content []byte, entries []entry) ([]byte, []string)
+
+// parseHostArgs checks every argument before anything is written, and
+// reports all the bad ones at once.
+func parseHostArgs(args []string) ([]entry, error) {
+	var (
+		entries []entry
+		errs    []string
+	)
+	for _, a := range args {
+		e, err := parseEntry(a)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%q: %v", a, err))
+			continue
+		}
+		entries = append(entries, e)
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "\n") + "\nnothing was changed; fix the arguments and run it again")
+	}
+	return entries, nil
+}
+
+// editAllowlist applies edit to the allowlist at path. A file that does not
+// parse is left alone: editing around a bad line could make it worse.
+func editAllowlist(path string, args []string, edit editFunc) ([]string, error) {
+	entries, err := parseHostArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureAllowlist(path); err != nil {
+		return nil, err
+	}
+	// Write through a symlink (a dotfiles repo, say) rather than replace it.
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read allowlist: %w", err)
+	}
+	unlock, err := lockAllowlistDir(filepath.Dir(real))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	content, err := os.ReadFile(real)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read allowlist: %w", err)
+	}
+	if _, err := parseAllowlistFrom(bytes.NewReader(content), path); err != nil {
+		return nil, fmt.Errorf("refusing to edit the allowlist until it parses:\n%w", err)
+	}
+	out, msgs := edit(content, entries)
+	if !bytes.Equal(out, content) {
+		if err := writeFileAtomic(real, out); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
+}
+
+// lockAllowlistDir serialises concurrent allow and deny runs: the file is
+// replaced by rename, so its own inode cannot carry the lock.
+func lockAllowlistDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot lock the allowlist's directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cannot lock the allowlist's directory %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// writeFileAtomic replaces path with data so that a crash leaves either the
+// old file or the new one, never a partial one, and keeps its mode.
+func writeFileAtomic(path string, data []byte) (err error) {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cannot write the allowlist %s (it is unchanged): %w; check that you may write to %s", path, err, dir)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			err = fmt.Errorf("cannot write the allowlist %s (it is unchanged): %w; check the space and permissions of %s", path, err, dir)
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Chmod(mode); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename itself is durable only once the directory is synced.
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// rawLine is one line of the file with its terminator ("\n", "\r\n" or,
+// for a last line without one, nothing).
+type rawLine struct {
+	text []byte // without the terminator
+	eol  []byte
+}
+
+func splitRawLines(content []byte) []rawLine {
+	var lines []rawLine
+	for len(content) > 0 {
+		i := bytes.IndexByte(content, '\n')
+		if i < 0 {
+			lines = append(lines, rawLine{text: content})
+			break
+		}
+		text, eol := content[:i], content[i:i+1]
+		if len(text) > 0 && text[len(text)-1] == '\r' {
+			text, eol = content[:i-1], content[i-1:i+1]
+		}
+		lines = append(lines, rawLine{text: text, eol: eol})
+		content = content[i+1:]
+	}
+	return lines
+}
+
+// lineEntry is the entry on a line, read the way parseAllowlistFrom reads
+// it; ok is false for blank, comment-only and bad lines.
+func lineEntry(text []byte) (entry, bool) {
+	s := string(text)
+	if i := strings.IndexByte(s, '#'); i >= 0 {
+		s = s[:i]
+	}
+	if s = strings.TrimSpace(s); s == "" {
+		return entry{}, false
+	}
+	e, err := parseEntry(s)
+	return e, err == nil
+}
+
+// fileNewline is the file's own line ending, so that a CRLF file stays CRLF.
+func fileNewline(lines []rawLine) string {
+	for _, l := range lines {
+		if len(l.eol) > 0 {
+			return string(l.eol)
+		}
+	}
+	return "\n"
+}
+
+// allowCommentColumn (1-based) lines new comments up with the shipped file's.
+const allowCommentColumn = 30
+
+// allowLines appends the entries that content does not have yet, each
+// with a comment dated date, and says for each entry what it did.
+func allowLines(content []byte, entries []entry, date string) ([]byte, []string) {
+	lines := splitRawLines(content)
+	have := map[entry]bool{}
+	for _, l := range lines {
+		if e, ok := lineEntry(l.text); ok {
+			have[e] = true
+		}
+	}
+	nl := fileNewline(lines)
+	out := bytes.Clone(content)
+	if len(lines) > 0 && len(lines[len(lines)-1].eol) == 0 {
+		out = append(out, nl...)
+	}
+	var msgs []string
+	added := false
+	for _, e := range entries {
+		if have[e] {
+			msgs = append(msgs, e.String()+" was already allowed")
+			continue
+		}
+		have[e], added = true, true
+		out = fmt.Appendf(out, "%-*s # added by agent-sandbox allow on %s%s", allowCommentColumn-2, e.String(), date, nl)
+		msgs = append(msgs, "allowed "+e.String())
+	}
+	if !added {
+		// Nothing new: leave even a missing final newline alone.
+		return content, msgs
+	}
+	return out, msgs
+}
+
+// denyLines drops every line whose entry is one of entries; every other
+// byte of content stays as it was.
+func denyLines(content []byte, entries []entry) ([]byte, []string) {
+	drop := map[entry]bool{}
+	for _, e := range entries {
+		drop[e] = true
+	}
+	removed := map[entry]bool{}
+	var (
+		out  []byte
+		kept []entry
+	)
+	for _, l := range splitRawLines(content) {
+		e, ok := lineEntry(l.text)
+		if ok && drop[e] {
+			removed[e] = true
+			continue
+		}
+		if ok {
+			kept = append(kept, e)
+		}
+		out = append(out, l.text...)
+		out = append(out, l.eol...)
+	}
+	var msgs []string
+	done := map[entry]bool{}
+	for _, e := range entries {
+		if done[e] {
+			continue
+		}
+		done[e] = true
+		msg := e.String() + " was not in the allowlist"
+		if removed[e] {
+			msg = "denied " + e.String()
+		}
+		// Naming a host under an allowed wildcard does not block it.
+		if w, ok := coveringWildcard(e, kept); ok {
+			msg += fmt.Sprintf("; %s still allows it: to block it, run: agent-sandbox deny '%s'", w, w)
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(removed) == 0 {
+		return content, msgs
+	}
+	return out, msgs
+}
+
+// coveringWildcard finds a wildcard in list that admits e: the router
+// matches *.domain against any name under domain, on port 443.
+func coveringWildcard(e entry, list []entry) (entry, bool) {
+	if e.Port != tlsPort {
+		return entry{}, false
+	}
+	for _, w := range list {
+		if w.Wildcard && w != e && strings.HasSuffix(e.Host, "."+w.Host) {
+			return w, true
+		}
+	}
+	return entry{}, false
+}
