@@ -38,11 +38,13 @@ func blockedHosts(routerLog string, entries []entry) (hosts []blockedHost, unpri
 		return byName[name]
 	}
 	for _, line := range strings.Split(routerLog, "\n") {
-		line = strings.TrimRight(line, "\r")
-		if m := dnsmasqDenied.FindStringSubmatch(line); m != nil {
-			get(m[1]).lookups++
-		} else if m := nginxDenied.FindStringSubmatch(line); m != nil && m[1] != "" && m[1] != "-" {
-			get(m[1]).connections++
+		d, ok := parseDenial(line)
+		switch {
+		case !ok:
+		case d.lookup:
+			get(d.host).lookups++
+		default:
+			get(d.host).connections++
 		}
 	}
 	for name, h := range byName {
@@ -61,6 +63,24 @@ func blockedHosts(routerLog string, entries []entry) (hosts []blockedHost, unpri
 		return hosts[i].name < hosts[j].name
 	})
 	return hosts, unprintable
+}
+
+// denial is one refusal in the router's log: a lookup dnsmasq answered
+// NXDOMAIN, or a TLS connection nginx closed for its SNI.
+type denial struct {
+	host   string
+	lookup bool
+}
+
+func parseDenial(line string) (denial, bool) {
+	line = strings.TrimRight(line, "\r")
+	if m := dnsmasqDenied.FindStringSubmatch(line); m != nil {
+		return denial{host: m[1], lookup: true}, true
+	}
+	if m := nginxDenied.FindStringSubmatch(line); m != nil && m[1] != "" && m[1] != "-" {
+		return denial{host: m[1]}, true
+	}
+	return denial{}, false
 }
 
 // allowlisted reports whether TLS to name is allowed by entries.

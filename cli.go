@@ -70,6 +70,20 @@ runs, are never touched.`,
 			*code = gc(ctx, cmd.OutOrStdout())
 		},
 	})
+	root.AddCommand(&cobra.Command{
+		Use:     "log",
+		Aliases: []string{"watch"},
+		Short:   "Follow what the allowlist blocks in running sessions",
+		Long: `log prints one line for each lookup or connection the allowlist blocks in any
+running session (and in sessions that start while it runs), with the session's
+directory, until you interrupt it.`,
+		Example: `  agent-sandbox log
+  agent-sandbox allow HOST    # then allow what a session needs`,
+		Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			*code = watch(ctx, cmd.OutOrStdout())
+		},
+	})
 	addUserCommands(root, ctx, code)
 	return root
 }

@@ -49,6 +49,9 @@ type engine interface {
 	ContainerRemove(ctx context.Context, name string) error
 	PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error
 	PodRemove(ctx context.Context, name string) error
+	// FollowLogs calls line for each log line written after since, until
+	// the container stops or ctx ends.
+	FollowLogs(ctx context.Context, name string, since time.Time, line func(string)) error
 	// ListLabelled lists the pods, containers and networks carrying label.
 	ListLabelled(ctx context.Context, label string) ([]labelledObject, error)
 	// ImageExists reports whether an image is in local storage.
@@ -357,4 +360,15 @@ func (podmanEngine) ListLabelled(ctx context.Context, label string) ([]labelledO
 
 func (podmanEngine) ImageExists(ctx context.Context, name string) (bool, error) {
 	return images.Exists(ctx, name, nil)
+}
+
+func (podmanEngine) FollowLogs(ctx context.Context, name string, since time.Time, line func(string)) error {
+	out := make(chan string, 64)
+	done := make(chan error, 1)
+	opts := new(containers.LogOptions).WithStdout(true).WithStderr(true).WithFollow(true).WithSince(since.Format(time.RFC3339Nano))
+	go func() { done <- containers.Logs(ctx, name, opts, out, out); close(out) }()
+	for l := range out {
+		line(strings.TrimRight(l, "\n"))
+	}
+	return <-done
 }

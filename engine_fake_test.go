@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,4 +169,18 @@ func (f *fakeEngine) ImageExists(_ context.Context, name string) (bool, error) {
 		return false, err
 	}
 	return !f.missingImages[name], nil
+}
+
+// FollowLogs replays the container's logs line by line, then follows until
+// ctx ends, as a running container's would.
+func (f *fakeEngine) FollowLogs(ctx context.Context, name string, _ time.Time, line func(string)) error {
+	_ = f.record("FollowLogs", name)
+	f.mu.Lock()
+	logs := f.logs[name]
+	f.mu.Unlock()
+	for _, l := range strings.Split(strings.TrimSuffix(logs, "\n"), "\n") {
+		line(l)
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }

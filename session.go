@@ -316,6 +316,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
 	names := namesFor(cfg.name)
 	labels := sessionLabels(cfg.name)
+	labels[labelDir] = cfg.launchDir
 	agentStarted, agentExited := false, false
 
 	// Teardown runs on a context of its own: the one given may have been

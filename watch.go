@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// labelDir records a session's launch directory, so that `agent-sandbox
+// log` can say which session a denial belongs to.
+const labelDir = "agent-sandbox.dir"
+
+// watchDenials follows the routers of running sessions, including ones that
+// start later, and writes one line per denial logged after since.
+func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Time, poll time.Duration) error {
+	var (
+		mu        sync.Mutex
+		following = map[string]bool{}
+		wg        sync.WaitGroup
+	)
+	defer wg.Wait()
+	emit := func(dir string, d denial) {
+		what := "connection to"
+		if d.lookup {
+			what = "lookup of"
+		}
+		host := strings.TrimSuffix(strings.ToLower(d.host), ".")
+		if !printableHost.MatchString(host) {
+			host = "(a name that is not a host name)"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "%s %s: blocked %s %s\n", time.Now().Format("15:04:05"), dir, what, host)
+	}
+	for {
+		objs, err := eng.ListLabelled(ctx, labelSession)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, o := range objs {
+			if o.kind != "container" || !strings.HasSuffix(o.name, "-router") || following[o.name] {
+				continue
+			}
+			following[o.name] = true
+			dir := o.labels[labelDir]
+			wg.Go(func() {
+				_ = eng.FollowLogs(ctx, o.name, since, func(line string) {
+					if d, ok := parseDenial(line); ok {
+						emit(dir, d)
+					}
+				})
+			})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(poll):
+		}
+	}
+}
+
+// watch is `agent-sandbox log`: it runs until interrupted.
+func watch(ctx context.Context, out io.Writer) int {
+	dir, err := xdgRuntimeDir()
+	if err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	code := withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
+		if err := watchDenials(opCtx, eng, out, time.Now(), time.Second); err != nil {
+			return fail(err)
+		}
+		return 0
+	})
+	if code == exitSignal {
+		// Interrupting is how one stops following.
+		return 0
+	}
+	return code
+}
