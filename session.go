@@ -59,9 +59,12 @@ func allowlistPath() string {
 // sessionConfig is everything a session needs that comes from the user's
 // environment, checked before anything is created.
 type sessionConfig struct {
-	name          string
-	launchDir     string
-	tmp           string // mounted read-only into the router
+	name      string
+	launchDir string
+	// tmp holds the router's and the forwarder's config, mounted
+	// read-only into both; they follow its changes.
+	tmp           string
+	allowlist     string // watched while the session runs; "" for none
 	entries       []entry
 	cmd           []string
 	env           map[string]string // passed with --env
@@ -241,6 +244,7 @@ func prepare(cmd []string) (sessionConfig, error) {
 	if cfg.entries, err = parseAllowlist(allowlist); err != nil {
 		return cfg, err
 	}
+	cfg.allowlist = allowlist
 	if cfg.upstreamDNS, err = parseAddrList("AGENT_SANDBOX_UPSTREAM_DNS"); err != nil {
 		return cfg, err
 	}
@@ -318,6 +322,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	labels := sessionLabels(cfg.name)
 	labels[labelDir] = cfg.launchDir
 	agentStarted, agentExited := false, false
+	var files *routerFiles
 
 	// Teardown runs on a context of its own: the one given may have been
 	// cancelled by the signal that ends the session.
@@ -330,7 +335,9 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		if agentStarted {
 			// Say what the allowlist blocked: a silent failure is the most
 			// common complaint about allowlist sandboxes.
-			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), cfg.entries)
+			// Against the list in force at the end: a host allowed
+			// meanwhile needs no advice.
+			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), files.entries())
 			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
 		}
 		// The pod and the router are independent; the network goes last
@@ -369,12 +376,8 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		warn("%v", err)
 		return exitRefused
 	}
-	dnsmasq, nginx, forwards, err := routerConfig(cfg.entries, routerIP.String())
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	if err := writeRouterConfig(cfg.tmp, map[string]string{"dnsmasq.conf": dnsmasq, "nginx.conf": nginx}); err != nil {
+	files = newRouterFiles(cfg.tmp, routerIP.String())
+	if err := files.apply(cfg.entries); err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
@@ -398,13 +401,25 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		settle(startHelper(bctx, eng, routerSpec(routerImage, names, labels, routerIP, cfg), "routerd: ready"))
 	})
 	agent := agentSpec(image, names, labels, homeVolume, cfg)
-	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, forwards, agent)) })
+	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, cfg.tmp, agent)) })
 	wg.Wait()
 	if ctx.Err() != nil {
 		return exitSignal
 	}
 	if first != 0 {
 		return first
+	}
+
+	// From here on, edits of the allowlist reach the router and the
+	// forwarder; the watcher's first look catches any made since prepare.
+	if cfg.allowlist != "" {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchAllowlist(watchCtx, cfg.allowlist, cfg.entries, files.apply)
+		}()
+		defer func() { stopWatch(); <-watched }()
 	}
 
 	agentStarted = true
@@ -466,7 +481,7 @@ func startHelper(ctx context.Context, eng engine, s *specgen.SpecGenerator, read
 
 // startPod creates the pod, starts its loopback forwarder and creates the
 // agent's container.
-func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, forwards string, agent *specgen.SpecGenerator) int {
+func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, configDir string, agent *specgen.SpecGenerator) int {
 	p, err := podSpec(names, labels, routerIP)
 	if err != nil {
 		return fail(err)
@@ -491,7 +506,7 @@ func startPod(ctx context.Context, eng engine, names sessionNames, labels map[st
 		}
 		agentCreated <- 0
 	}()
-	code := startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, forwards), "forwarder: ready")
+	code := startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, configDir), "forwarder: ready")
 	if agentCode := <-agentCreated; code == 0 {
 		code = agentCode
 	}
@@ -509,7 +524,8 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		names.session: {StaticIPs: []net.IP{routerIP.AsSlice()}},
 		egressNet:     {},
 	}
-	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "Z"}}}
+	// "z", not "Z": the forwarder mounts the same directory.
+	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}}}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String()}
 	return r
 }
@@ -534,8 +550,9 @@ func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) 
 }
 
 // forwarderSpec: loopback forwarders live in their own container, so the
-// agent can neither see, signal nor replace them.
-func forwarderSpec(image string, names sessionNames, labels map[string]string, forwards string) *specgen.SpecGenerator {
+// agent can neither see, signal nor replace them. They follow the forwards
+// file that the launcher rewrites when the allowlist changes.
+func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string) *specgen.SpecGenerator {
 	f := newSpec(image, names.forwarder, labels)
 	f.Pod = names.session
 	f.User = "0:0"
@@ -544,7 +561,8 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, f
 	f.CapDrop = []string{"all"}
 	f.CapAdd = []string{"NET_BIND_SERVICE"}
 	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
-	f.Env = map[string]string{"FORWARDS": forwards}
+	f.Mounts = []spec.Mount{{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}}}
+	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
 	return f
 }
 
@@ -584,20 +602,6 @@ func routerAddress(n types.Network) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("session network %s has subnet %s, want an IPv4 /24 (check default_subnet_pools in containers.conf)", n.Name, n.Subnets[0].Subnet.String())
 	}
 	return pfx.Masked().Addr().Next().Next(), nil
-}
-
-func writeRouterConfig(dir string, files map[string]string) error {
-	for name, body := range files {
-		f := filepath.Join(dir, name)
-		// The router reads as another uid in its user namespace.
-		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
-			return err
-		}
-		if err := os.Chmod(f, 0o644); err != nil {
-			return err
-		}
-	}
-	return os.Chmod(dir, 0o755)
 }
 
 func ptr[T any](v T) *T { return &v }

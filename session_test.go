@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -108,7 +109,7 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 		t.Fatalf("call after both helpers = %q, want %q", eng.calls[n+6], agentRun)
 	}
 	checkTeardown(t, eng.calls)
-	for _, f := range []string{"dnsmasq.conf", "nginx.conf"} {
+	for _, f := range []string{"dnsmasq.conf", "nginx.conf", "forwards"} {
 		fi, err := os.Stat(filepath.Join(cfg.tmp, f))
 		if err != nil {
 			t.Fatalf("router config %s not written: %v", f, err)
@@ -223,8 +224,14 @@ func TestSessionSpecs(t *testing.T) {
 	if f.Pod != testSession || !*f.ReadOnlyFilesystem || !slices.Equal(f.CapDrop, []string{"all"}) || !slices.Equal(f.CapAdd, []string{"NET_BIND_SERVICE"}) {
 		t.Errorf("forwarder pod=%s ro=%v drop=%v add=%v", f.Pod, *f.ReadOnlyFilesystem, f.CapDrop, f.CapAdd)
 	}
-	if want := "127.0.0.1:443=10.89.7.2:443 127.0.0.2:443=10.89.7.2:443 127.0.0.2:2222=10.89.7.2:10001"; f.Env["FORWARDS"] != want {
-		t.Errorf("FORWARDS = %q, want %q", f.Env["FORWARDS"], want)
+	if f.Env["FORWARDS_FILE"] != "/etc/router/forwards" || f.Env["FORWARDS"] != "" {
+		t.Errorf("forwarder env = %v, want FORWARDS_FILE=/etc/router/forwards", f.Env)
+	}
+	if len(f.Mounts) != 1 || f.Mounts[0].Source != cfg.tmp || f.Mounts[0].Destination != "/etc/router" || !slices.Contains(f.Mounts[0].Options, "ro") {
+		t.Errorf("forwarder config mount = %+v, want %s read-only at /etc/router", f.Mounts, cfg.tmp)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=10.89.7.2:443 127.0.0.2:443=10.89.7.2:443 127.0.0.2:2222=10.89.7.2:10001\n" {
+		t.Errorf("forwards = %q", b)
 	}
 
 	c := eng.containers[testSession+"-claude"]
@@ -364,5 +371,38 @@ func TestSessionReportsWhatWasBlocked(t *testing.T) {
 	runSession(context.Background(), eng, testConfig(t))
 	if out := stderr(); strings.Contains(out, "blocked") {
 		t.Fatalf("summary printed although nothing was blocked: %q", out)
+	}
+}
+
+// TestSessionFollowsAllowlistEdits: while the agent runs, an edit of the
+// allowlist rewrites the router's and the forwarder's config in place.
+func TestSessionFollowsAllowlistEdits(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.allowlist = filepath.Join(t.TempDir(), "allowed-hosts")
+	if err := os.WriteFile(cfg.allowlist, []byte("allowed.test\nallowed.test:2222\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eng := newFakeEngine()
+	eng.runHook = func(context.Context) error {
+		tmp := cfg.allowlist + ".tmp"
+		if err := os.WriteFile(tmp, []byte("allowed.test\nallowed.test:2222\nadded.test:22\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, cfg.allowlist); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			fw, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards"))
+			dm, _ := os.ReadFile(filepath.Join(cfg.tmp, "dnsmasq.conf"))
+			// allowed.test keeps its address; added.test gets the next.
+			if strings.Contains(string(fw), "127.0.0.2:2222=10.89.7.2:10001 ") && strings.Contains(string(fw), "127.0.0.3:22=10.89.7.2:10002") &&
+				strings.Contains(string(dm), "host-record=added.test,127.0.0.3\n") {
+				return nil
+			}
+		}
+		return errors.New("the allowlist edit did not reach the router config within a second")
+	}
+	if code := runSession(context.Background(), eng, cfg); code != 0 {
+		t.Fatalf("exit code = %d, want 0", code)
 	}
 }

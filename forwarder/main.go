@@ -32,18 +32,37 @@ func main() {
 }
 
 func run() int {
-	forwards, err := parseForwards(os.Getenv("FORWARDS"))
+	forwards, file, err := forwardsFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "forwarder: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, forwards); err != nil {
+	if err := serveWatching(ctx, forwards, file); err != nil {
 		fmt.Fprintf(os.Stderr, "forwarder: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// forwardsFromEnv reads FORWARDS, or FORWARDS_FILE, which is then followed
+// for changes.
+func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, error) {
+	path := getenv("FORWARDS_FILE")
+	if path == "" {
+		fs, err := parseForwards(getenv("FORWARDS"))
+		return fs, nil, err
+	}
+	if strings.TrimSpace(getenv("FORWARDS")) != "" {
+		return nil, nil, errors.New("both FORWARDS and FORWARDS_FILE are set; set one of them")
+	}
+	f := &forwardsFile{path: path}
+	fs, _, err := f.read()
+	if err != nil {
+		return nil, nil, err
+	}
+	return fs, f, nil
 }
 
 // parseForwards reads FORWARDS: whitespace-separated LISTEN_IP:PORT=TARGET_IP:PORT.
@@ -126,6 +145,13 @@ type listener struct {
 // serve listens on every forward before relaying any, so a bad address fails
 // the start rather than leaving a half-working pod.
 func serve(ctx context.Context, forwards []forward) error {
+	return serveWatching(ctx, forwards, nil)
+}
+
+// serveWatching is serve that also follows file, when there is one: a
+// change opens listeners for new pairs and closes those of removed pairs,
+// while relays already open carry on.
+func serveWatching(ctx context.Context, forwards []forward, file *forwardsFile) error {
 	ls, err := listenAll(forwards)
 	if err != nil {
 		return err
@@ -135,38 +161,50 @@ func serve(ctx context.Context, forwards []forward) error {
 	}
 	// The launcher, attached to our output, starts the agent on this line.
 	fmt.Fprintln(os.Stderr, readyLine)
-	relayAll(ctx, ls)
+	r := newRelays(ctx, os.Stderr)
+	for _, l := range ls {
+		r.start(l)
+	}
+	if file != nil {
+		r.follow(file, forwards, forwardsPoll)
+	}
+	<-ctx.Done()
+	r.wait()
 	return nil
 }
 
 func listenAll(forwards []forward) ([]listener, error) {
 	var ls []listener
 	for _, f := range forwards {
-		ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.listen))
+		ln, err := listen(f)
 		if err != nil {
 			for _, l := range ls {
 				_ = l.ln.Close()
 			}
-			return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
+			return nil, err
 		}
 		ls = append(ls, listener{ln: ln, target: f.target})
 	}
 	return ls, nil
 }
 
+func listen(f forward) (*net.TCPListener, error) {
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.listen))
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
+	}
+	return ln, nil
+}
+
 // relayAll serves until ctx ends, then closes the listeners and every open
 // relay, and returns once they are all gone.
 func relayAll(ctx context.Context, ls []listener) {
-	var wg sync.WaitGroup
+	r := newRelays(ctx, io.Discard)
 	for _, l := range ls {
-		stop := context.AfterFunc(ctx, func() { _ = l.ln.Close() })
-		wg.Go(func() {
-			defer stop()
-			acceptLoop(ctx, l, &wg)
-		})
+		r.start(l)
 	}
 	<-ctx.Done()
-	wg.Wait()
+	r.wait()
 }
 
 func acceptLoop(ctx context.Context, l listener, wg *sync.WaitGroup) {

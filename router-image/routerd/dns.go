@@ -40,16 +40,22 @@ type filter struct {
 	log       *log.Logger
 }
 
-// dnsServer is a filter bound to one UDP and one TCP socket on the same port.
+// answerer replies to one DNS query; nil means no reply at all.
+type answerer interface {
+	answer(ctx context.Context, query []byte, overTCP bool) []byte
+}
+
+// dnsServer is an answerer (the filter, or the front before dnsmasq)
+// bound to one UDP and one TCP socket on the same port.
 type dnsServer struct {
-	f   *filter
+	f   answerer
 	udp net.PacketConn
 	tcp net.Listener
 }
 
 // listenDNS binds UDP and TCP on addr. With port 0 both get the same
 // ephemeral port, as a resolver expects TCP where it got a truncated UDP answer.
-func listenDNS(f *filter, addr string) (*dnsServer, error) {
+func listenDNS(f answerer, addr string) (*dnsServer, error) {
 	for attempt := 0; ; attempt++ {
 		tcp, err := net.Listen("tcp", addr)
 		if err != nil {

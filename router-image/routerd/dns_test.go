@@ -158,7 +158,13 @@ func (u *fakeUpstream) queries() []string {
 
 func startFakeUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
-	srv, err := listenDNS(nil, "127.0.0.1:0")
+	return startFakeUpstreamOn(t, "127.0.0.1:0")
+}
+
+// startFakeUpstreamOn serves the fake upstream on addr, UDP and TCP.
+func startFakeUpstreamOn(t *testing.T, addr string) *fakeUpstream {
+	t.Helper()
+	srv, err := listenDNS(nil, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

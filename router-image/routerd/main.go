@@ -1,5 +1,6 @@
 // routerd is the router container's entrypoint: it runs the upstream DNS
-// filter that nginx resolves through, and supervises dnsmasq and nginx.
+// filter that nginx resolves through, and supervises dnsmasq and nginx,
+// reloading them when the launcher rewrites their config.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -22,21 +24,36 @@ const (
 	defaultDNSListen  = "127.0.0.1:5353"
 	defaultConfigDir  = "/etc/router"
 	defaultResolvConf = "/etc/resolv.conf"
-	stopGrace         = 2 * time.Second
+	// defaultRunDir holds the config copies the children run with.
+	defaultRunDir = "/run/routerd"
+	stopGrace     = 2 * time.Second
 )
+
+// dnsmasqBackend is where dnsmasq listens, behind the DNS front on the
+// router's address.
+var dnsmasqBackend = netip.MustParseAddrPort("127.0.0.1:5354")
 
 type config struct {
 	// readyAddr is the router's session address; when dnsmasq and nginx
-	// both accept on it, routerd prints readyLine for the launcher.
+	// both accept, routerd prints readyLine for the launcher.
 	readyAddr netip.Addr
-	dnsListen string
-	upstreams []netip.AddrPort
-	allow     []netip.Prefix
-	children  []child
+	// front, when set, is the router's DNS address, served by routerd
+	// and passed on to dnsmasq at backend.
+	front, backend netip.AddrPort
+	dnsListen      string
+	upstreams      []netip.AddrPort
+	allow          []netip.Prefix
+	children       []child
+	// watch names the config files whose changes reach the children
+	// while they run.
+	watch []watched
 }
 
 func main() {
 	cfg, err := configFromEnv(os.Getenv, defaultResolvConf, defaultConfigDir)
+	if err == nil {
+		err = refuseLocal(cfg.readyAddr, os.Getenv("HOST_ADDRS"), os.Stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "routerd: %v\n", err)
 		os.Exit(2)
@@ -50,9 +67,11 @@ func runUntilSignal(cfg config) int {
 	return run(ctx, cfg, os.Stdout, os.Stderr)
 }
 
-func defaultChildren(configDir string) []child {
+// defaultChildren: dnsmasq runs with routerd's copy of its config (see
+// defaultWatches), nginx with the launcher's file.
+func defaultChildren(configDir, runDir string) []child {
 	return []child{
-		{"dnsmasq", []string{"dnsmasq", "--keep-in-foreground", "--conf-file=" + filepath.Join(configDir, "dnsmasq.conf")}},
+		{"dnsmasq", []string{"dnsmasq", "--keep-in-foreground", "--conf-file=" + filepath.Join(runDir, "dnsmasq.conf")}},
 		{"nginx", []string{"nginx", "-c", filepath.Join(configDir, "nginx.conf")}},
 	}
 }
@@ -74,18 +93,20 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 	if len(upstreams) == 0 {
 		return config{}, fmt.Errorf("no upstream DNS servers: set UPSTREAM_DNS or add nameserver lines to %s", resolvConf)
 	}
-	var ready netip.Addr
-	if v := strings.TrimSpace(getenv("READY_ADDR")); v != "" {
-		if ready, err = netip.ParseAddr(v); err != nil {
-			return config{}, fmt.Errorf("bad READY_ADDR %q: want the router's IP address", v)
-		}
+	v := strings.TrimSpace(getenv("READY_ADDR"))
+	ready, err := netip.ParseAddr(v)
+	if err != nil {
+		return config{}, fmt.Errorf("bad READY_ADDR %q: want the router's IP address on the session network (the launcher sets it)", v)
 	}
 	return config{
 		readyAddr: ready,
+		front:     netip.AddrPortFrom(ready, 53),
+		backend:   dnsmasqBackend,
 		dnsListen: defaultDNSListen,
 		upstreams: upstreams,
 		allow:     allow,
-		children:  defaultChildren(configDir),
+		children:  defaultChildren(configDir, defaultRunDir),
+		watch:     defaultWatches(configDir, defaultRunDir, dnsmasqBackend),
 	}, nil
 }
 
@@ -144,7 +165,7 @@ func resolvConfServers(path string) ([]netip.AddrPort, error) {
 }
 
 // run starts the DNS filter before the children, since nginx resolves
-// through it, and returns the process exit code.
+// through it, and the DNS front, and returns the process exit code.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	logger := log.New(stderr, "routerd: ", 0)
 	f := &filter{upstreams: cfg.upstreams, allow: cfg.allow, timeout: upstreamTimeout, log: logger}
@@ -153,23 +174,50 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		logger.Printf("dns filter: %v", err)
 		return 1
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := srv.serve(ctx); err != nil {
-			stopped <- err
+	servers := map[string]*dnsServer{"dns filter": srv}
+	if cfg.front.IsValid() {
+		fr, err := listenDNS(&front{backend: cfg.backend, attempt: frontAttempt, patience: frontPatience}, cfg.front.String())
+		if err != nil {
+			logger.Printf("dns front: %v", err)
+			_ = srv.udp.Close()
+			_ = srv.tcp.Close()
+			return 1
 		}
-	}()
-	if cfg.readyAddr.IsValid() {
-		go announceReady(ctx, []netip.AddrPort{netip.AddrPortFrom(cfg.readyAddr, 53), netip.AddrPortFrom(cfg.readyAddr, 443)}, stdout)
+		servers["dns front"] = fr
 	}
-	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger}
-	code := s.run(ctx, stopped)
-	cancel()
-	<-served
-	return code
+	// Deferred in this order, the servers are stopped and then awaited.
+	var served sync.WaitGroup
+	defer served.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped := make(chan error, len(servers))
+	for name, s := range servers {
+		served.Go(func() {
+			if err := s.serve(ctx); err != nil {
+				stopped <- fmt.Errorf("%s stopped: %w", name, err)
+			}
+		})
+	}
+	reloads := make(chan reload)
+	if len(cfg.watch) > 0 {
+		w := newConfigWatcher(cfg.watch, logger)
+		// Before the children start: dnsmasq reads the copy this makes.
+		if err := w.prepare(); err != nil {
+			logger.Printf("%v", err)
+			return 1
+		}
+		go w.follow(ctx, configPoll, reloads)
+	}
+	if cfg.readyAddr.IsValid() {
+		targets := []netip.AddrPort{netip.AddrPortFrom(cfg.readyAddr, 53), netip.AddrPortFrom(cfg.readyAddr, 443)}
+		if cfg.front.IsValid() {
+			// Our front answers on port 53 at once; dnsmasq is behind it.
+			targets[0] = cfg.backend
+		}
+		go announceReady(ctx, targets, stdout)
+	}
+	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads}
+	return s.run(ctx, stopped)
 }
 
 // readyLine tells the launcher, which is attached to our output, that the

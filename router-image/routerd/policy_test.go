@@ -1,10 +1,14 @@
 package main
 
 import (
+	"io"
+	"log"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // Every address below is test data only; no test connects to any of them.
@@ -146,4 +150,84 @@ func TestParseAllow(t *testing.T) {
 			t.Errorf("parseAllow(%q) error %q, want it to name UPSTREAM_ALLOW and %s", tc.in, err, tc.want)
 		}
 	}
+}
+
+// The ranges below can never be made local on a test machine (a probe of
+// them would leave it), so only these unit tests prove that an upstream
+// answer pointing there never reaches nginx. They run the real filter on
+// a real answer, with the broadest UPSTREAM_ALLOW a corporate user might
+// set, and with everything allowed for the ranges that stay refused even
+// then.
+func TestFilterDropsUnlocalisableRanges(t *testing.T) {
+	corporate := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.0.0/16"),
+	}
+	everything := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	cases := []struct {
+		ip    string
+		allow []netip.Prefix
+		why   string
+	}{
+		{"169.254.169.254", everything, "cloud metadata (AWS, GCP, Azure)"},
+		{"169.254.170.2", everything, "ECS task metadata"},
+		{"169.254.0.1", everything, "link-local"},
+		{"::ffff:169.254.169.254", everything, "metadata, IPv4-mapped"},
+		{"fd00:ec2::254", everything, "AWS metadata over IPv6"},
+		{"fe80::a9fe:a9fe", everything, "IPv6 link-local"},
+		{"::1", everything, "IPv6 loopback"},
+		{"::ffff:127.0.0.1", everything, "loopback, IPv4-mapped"},
+		{"127.0.0.53", everything, "loopback"},
+		{"0.0.0.0", everything, "unspecified (connects to the router itself)"},
+		{"100.100.100.200", corporate, "CGNAT (Alibaba metadata)"},
+		{"100.64.0.1", corporate, "CGNAT"},
+		{"::ffff:100.64.0.1", corporate, "CGNAT, IPv4-mapped"},
+		{"fd12:3456::1", corporate, "ULA"},
+		{"fc00::1", corporate, "ULA"},
+		{"::ffff:10.1.2.3", nil, "private, IPv4-mapped"},
+		{"2002:a9fe:a9fe::1", everything, "6to4 of the metadata address"},
+		{"64:ff9b::a9fe:a9fe", everything, "NAT64 of the metadata address"},
+		{"::a9fe:a9fe", everything, "IPv4-compatible metadata address"},
+		{"2001:db8::1", everything, "any IPv6: the router's egress is IPv4 only"},
+	}
+	for _, tc := range cases {
+		f := &filter{allow: tc.allow, log: log.New(io.Discard, "", 0)}
+		m, err := f.clean(answerWith(t, netip.MustParseAddr(tc.ip)), "x.test")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.ip, err)
+		}
+		for _, section := range [][]dnsmessage.Resource{m.Answers, m.Authorities, m.Additionals} {
+			for _, r := range section {
+				if a, ok := recordAddr(r); ok {
+					t.Errorf("%s (%s) survived the filter as %s with UPSTREAM_ALLOW %v", tc.ip, tc.why, a, tc.allow)
+				}
+			}
+		}
+	}
+}
+
+// answerWith is an upstream answer for x.test carrying ip in every section.
+func answerWith(t *testing.T, ip netip.Addr) []byte {
+	t.Helper()
+	name := dnsmessage.MustNewName("x.test.")
+	typ := dnsmessage.TypeA
+	if !ip.Is4() {
+		typ = dnsmessage.TypeAAAA
+	}
+	m := dnsmessage.Message{Header: dnsmessage.Header{ID: 1, Response: true}}
+	m.Questions = []dnsmessage.Question{{Name: name, Type: typ, Class: dnsmessage.ClassINET}}
+	h := dnsmessage.ResourceHeader{Name: name, Type: typ, Class: dnsmessage.ClassINET, TTL: 5}
+	var body dnsmessage.ResourceBody = &dnsmessage.AAAAResource{AAAA: ip.As16()}
+	if ip.Is4() {
+		body = &dnsmessage.AResource{A: ip.As4()}
+	}
+	r := dnsmessage.Resource{Header: h, Body: body}
+	m.Answers = []dnsmessage.Resource{r}
+	m.Authorities = []dnsmessage.Resource{r}
+	m.Additionals = []dnsmessage.Resource{r}
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"os/exec"
@@ -21,6 +22,8 @@ type supervisor struct {
 	grace          time.Duration
 	stdout, stderr io.Writer
 	log            *log.Logger
+	// reloads brings changed config files that passed their check.
+	reloads <-chan reload
 }
 
 type exit struct {
@@ -28,46 +31,132 @@ type exit struct {
 	err   error
 }
 
-// run starts every child and waits until one of them exits, the filter
-// fails (an error on stopped) or ctx ends; then it stops the rest. It
-// returns 0 when ctx ended it and 1 when something failed on its own.
+// reload asks the supervisor to make a child take a new config file:
+// with signal, or by a restart when signal is 0.
+type reload struct {
+	child  string
+	file   string // for the log
+	signal syscall.Signal
+}
+
+// overdue says a restarting child had its grace period; seq tells one
+// restart from a later one of the same child.
+type overdue struct{ index, seq int }
+
+// run starts every child and waits until one of them exits, a DNS server
+// fails (an error on stopped, which names it) or ctx ends; then it stops
+// the rest. A child that exits because a reload restarts it is started
+// again. It returns 0 when ctx ended it and 1 when something failed on
+// its own.
 func (s *supervisor) run(ctx context.Context, stopped <-chan error) int {
 	exits := make(chan exit, len(s.children))
 	var cmds []*exec.Cmd
-	for i, c := range s.children {
-		if len(c.argv) == 0 {
-			s.log.Printf("cannot start %s: no command", c.name)
-			s.stop(cmds, exits)
-			return 1
-		}
-		cmd := exec.Command(c.argv[0], c.argv[1:]...)
-		cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
-		// A group of its own lets us stop the child's children too, and keeps
-		// a terminal's ^C from reaching children before we decide.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			s.log.Printf("cannot start %s: %v", c.name, err)
+	for i := range s.children {
+		cmd, err := s.start(i, exits)
+		if err != nil {
 			s.stop(cmds, exits)
 			return 1
 		}
 		cmds = append(cmds, cmd)
-		go func() { exits <- exit{i, cmd.Wait()} }()
 	}
 
 	code := 0
 	done := make([]bool, len(cmds))
-	select {
-	case <-ctx.Done():
-	case e := <-exits:
-		done[e.index] = true
-		s.log.Printf("%s exited: %s", s.children[e.index].name, describe(e.err))
-		code = 1
-	case err := <-stopped:
-		s.log.Printf("dns filter stopped: %v", err)
-		code = 1
+	// restarting holds, per child, the seq of the restart under way or 0.
+	restarting := make([]int, len(cmds))
+	restartFile := make([]string, len(cmds))
+	late := make(chan overdue, len(cmds))
+	seq := 0
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case e := <-exits:
+			if restarting[e.index] != 0 {
+				restarting[e.index] = 0
+				cmd, err := s.start(e.index, exits)
+				if err != nil {
+					done[e.index] = true
+					code = 1
+					break loop
+				}
+				cmds[e.index] = cmd
+				s.log.Printf("reloaded %s (restarted %s)", restartFile[e.index], s.children[e.index].name)
+				continue
+			}
+			done[e.index] = true
+			s.log.Printf("%s exited: %s", s.children[e.index].name, describe(e.err))
+			code = 1
+			break loop
+		case err := <-stopped:
+			s.log.Printf("%v", err)
+			code = 1
+			break loop
+		case r := <-s.reloads:
+			i := s.index(r.child)
+			switch {
+			case i < 0:
+				s.log.Printf("cannot reload %s: no child %s", r.file, r.child)
+			case r.signal != 0:
+				if err := cmds[i].Process.Signal(r.signal); err != nil {
+					s.log.Printf("cannot reload %s: %v", r.file, err)
+					continue
+				}
+				s.log.Printf("reloaded %s", r.file)
+			case restarting[i] != 0:
+				// The restart under way reads the newest file anyway.
+			default:
+				seq++
+				restarting[i] = seq
+				restartFile[i] = r.file
+				_ = syscall.Kill(-cmds[i].Process.Pid, syscall.SIGTERM)
+				due := overdue{i, seq}
+				time.AfterFunc(s.grace, func() {
+					select {
+					case late <- due:
+					default:
+					}
+				})
+			}
+		case d := <-late:
+			if restarting[d.index] == d.seq {
+				s.log.Printf("%s did not stop within %v for its restart, killing it", s.children[d.index].name, s.grace)
+				_ = syscall.Kill(-cmds[d.index].Process.Pid, syscall.SIGKILL)
+			}
+		}
 	}
 	s.stopRemaining(cmds, done, exits)
 	return code
+}
+
+// start starts child i and reports its end on exits.
+func (s *supervisor) start(i int, exits chan<- exit) (*exec.Cmd, error) {
+	c := s.children[i]
+	if len(c.argv) == 0 {
+		s.log.Printf("cannot start %s: no command", c.name)
+		return nil, errors.New("no command")
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Stdout, cmd.Stderr = s.stdout, s.stderr
+	// A group of its own lets us stop the child's children too, and keeps
+	// a terminal's ^C from reaching children before we decide.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.log.Printf("cannot start %s: %v", c.name, err)
+		return nil, err
+	}
+	go func() { exits <- exit{i, cmd.Wait()} }()
+	return cmd, nil
+}
+
+func (s *supervisor) index(name string) int {
+	for i, c := range s.children {
+		if c.name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 func describe(err error) string {

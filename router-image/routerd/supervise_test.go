@@ -182,7 +182,7 @@ func TestSuperviseStartFailure(t *testing.T) {
 func TestSuperviseFilterStops(t *testing.T) {
 	logs := &syncBuffer{}
 	stopped := make(chan error, 1)
-	stopped <- errors.New("udp: broken")
+	stopped <- errors.New("dns filter stopped: udp: broken")
 	s := newSupervisor(logs, child{"sleep", []string{"sleep", "1000"}})
 	if code := s.run(context.Background(), stopped); code != 1 {
 		t.Errorf("run = %d, want 1", code)
@@ -290,7 +290,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	ap := netip.MustParseAddrPort
 
-	cfg, err := configFromEnv(env("UPSTREAM_DNS", "10.89.1.1, fd00::53,127.0.0.1:5300", "UPSTREAM_ALLOW", "10.99.0.0/24"), "testdata/missing", "/conf")
+	cfg, err := configFromEnv(env("UPSTREAM_DNS", "10.89.1.1, fd00::53,127.0.0.1:5300", "UPSTREAM_ALLOW", "10.99.0.0/24", "READY_ADDR", "10.89.7.2"), "testdata/missing", "/conf")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,15 +303,19 @@ func TestConfigFromEnv(t *testing.T) {
 	if cfg.dnsListen != "127.0.0.1:5353" {
 		t.Errorf("dnsListen %q", cfg.dnsListen)
 	}
+	if cfg.readyAddr.String() != "10.89.7.2" || cfg.front != ap("10.89.7.2:53") || cfg.backend != ap("127.0.0.1:5354") {
+		t.Errorf("ready %v front %v backend %v", cfg.readyAddr, cfg.front, cfg.backend)
+	}
 	wantChildren := []child{
-		{"dnsmasq", []string{"dnsmasq", "--keep-in-foreground", "--conf-file=/conf/dnsmasq.conf"}},
+		// dnsmasq runs from routerd's copy, behind the front.
+		{"dnsmasq", []string{"dnsmasq", "--keep-in-foreground", "--conf-file=/run/routerd/dnsmasq.conf"}},
 		{"nginx", []string{"nginx", "-c", "/conf/nginx.conf"}},
 	}
 	if !reflect.DeepEqual(cfg.children, wantChildren) {
 		t.Errorf("children %v, want %v", cfg.children, wantChildren)
 	}
 
-	cfg, err = configFromEnv(env(), "testdata/resolv.conf", "/etc/router")
+	cfg, err = configFromEnv(env("READY_ADDR", "10.89.7.2"), "testdata/resolv.conf", "/etc/router")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,6 +336,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{env("UPSTREAM_DNS", "10.89.1.1:0"), "testdata/resolv.conf", `bad UPSTREAM_DNS entry "10.89.1.1:0"`},
 		{env("UPSTREAM_ALLOW", "10.0.0.0/8,bogus"), "testdata/resolv.conf", `bad UPSTREAM_ALLOW entry "bogus"`},
 		{env(), "testdata/missing", "no UPSTREAM_DNS and cannot read testdata/missing"},
+		{env("UPSTREAM_DNS", "10.89.1.1"), "testdata/resolv.conf", `bad READY_ADDR "": want the router's IP address`},
+		{env("UPSTREAM_DNS", "10.89.1.1", "READY_ADDR", "router.test"), "testdata/resolv.conf", `bad READY_ADDR "router.test"`},
 		{env(), "testdata/resolv-bad.conf", `bad nameserver "dns.test"`},
 		{env(), os.DevNull, "no upstream DNS servers: set UPSTREAM_DNS"},
 	}

@@ -1,0 +1,383 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The live-reload row edits the allowlist of a running session, as
+// `agent-sandbox allow/deny` or an editor would, and watches from inside
+// whether each edit arrives: the probe script in the sandbox and the test
+// take turns through files in the launch directory.
+
+// liveTimeout bounds the whole session; each phase is a few seconds.
+const liveTimeout = 3 * time.Minute
+
+// liveLimit is how long an edit may take to reach the agent. The
+// requirement is a second; the rest is slack for a loaded test machine.
+const liveLimit = 2 * time.Second
+
+// liveBuffer is an output buffer the test reads while the launcher writes.
+type liveBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *liveBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *liveBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// liveSession is a launcher running in the background.
+type liveSession struct {
+	dir, allowlist string
+	stdout, stderr liveBuffer
+	cmd            *exec.Cmd
+	done           chan struct{}
+	err            error
+	start          time.Time
+}
+
+// startLive launches `agent-sandbox --exec sh -c script` with the
+// allowlist in a file of its own, and returns at once.
+func startLive(t *testing.T, allowlist, script string) *liveSession {
+	t.Helper()
+	s := &liveSession{dir: launchDir(t), done: make(chan struct{})}
+	s.allowlist = filepath.Join(mkdir(t, "cfg-"), "allowed-hosts")
+	if err := os.WriteFile(s.allowlist, []byte(allowlist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"PWD":                          s.dir,
+		"XDG_CONFIG_HOME":              mkdir(t, "xdg-"),
+		"AGENT_SANDBOX_ALLOWLIST":      s.allowlist,
+		"AGENT_SANDBOX_HOME_VOLUME":    homeVolume(t),
+		"AGENT_SANDBOX_UPSTREAM_DNS":   fakeIP,
+		"AGENT_SANDBOX_UPSTREAM_ALLOW": egressSubnet,
+		"AGENT_SANDBOX_IMAGE":          harness.sandboxImage,
+		"AGENT_SANDBOX_ROUTER_IMAGE":   harness.routerImage,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	s.cmd = exec.CommandContext(ctx, harness.bin, "--exec", "sh", "-c", script)
+	s.cmd.Dir = s.dir
+	s.cmd.Env = sessionEnv(env)
+	s.cmd.Stdout, s.cmd.Stderr = &s.stdout, &s.stderr
+	// As in runSession: SIGTERM and time to tear down on timeout.
+	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
+	s.cmd.WaitDelay = 30 * time.Second
+	s.start = time.Now()
+	if err := s.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("cannot run %s: %v", harness.bin, err)
+	}
+	launched.Store(s.cmd.Process.Pid, true)
+	go func() {
+		defer cancel()
+		defer close(s.done)
+		s.err = s.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		// A row that failed half-way must not leave the session running.
+		select {
+		case <-s.done:
+		default:
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			<-s.done
+		}
+	})
+	return s
+}
+
+// wait returns the launcher's exit code once it has ended, logs its
+// output and checks that it left nothing behind.
+func (s *liveSession) wait(t *testing.T) int {
+	t.Helper()
+	<-s.done
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(s.err, &exit) {
+		code = exit.ExitCode()
+	} else if s.err != nil {
+		t.Errorf("launcher: %v", s.err)
+	}
+	t.Logf("live session in %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
+		s.dir, code, time.Since(s.start).Round(time.Millisecond), indent(s.stdout.String()), indent(s.stderr.String()))
+	assertNoLeftovers(t)
+	return code
+}
+
+// waitFor polls cond until it holds, the launcher ends or timeout passes.
+func (s *liveSession) waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		select {
+		case <-s.done:
+			return cond()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// phase waits for the script to finish phase n (it touches done-n).
+func (s *liveSession) phase(t *testing.T, n int) {
+	t.Helper()
+	if !s.waitFor(90*time.Second, func() bool { return exists(filepath.Join(s.dir, fmt.Sprintf("done-%d", n))) }) {
+		t.Fatalf("the script in the sandbox never finished phase %d; stdout so far:\n%s\nstderr:\n%s",
+			n, indent(s.stdout.String()), indent(s.stderr.String()))
+	}
+}
+
+// next lets the script start phase n.
+func (s *liveSession) next(t *testing.T, n int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(s.dir, fmt.Sprintf("go-%d", n)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// edit replaces the allowlist the way `agent-sandbox allow` does: a temp
+// file in the same directory, renamed over the list.
+func (s *liveSession) edit(t *testing.T, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(s.allowlist), ".allowed-hosts.tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.allowlist); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// liveScript is the probe script: it runs phase n once go-n exists and
+// reports every probe in probeScript's format, so parseProbes reads it.
+// Timed probes report how long they took to succeed (or to fail) after
+// the phase began, which is right after the edit.
+func liveScript(nonce string) string {
+	return strings.NewReplacer("@N@", nonce, "@MARK@", probeMark).Replace(`
+set -u
+N=@N@
+now() { echo $(( $(date +%s%N) / 1000000 )); }
+report() { printf '@MARK@ %s rc=%d ms=%d\n%s\n@MARK@-end\n' "$1" "$2" "$3" "$4"; }
+# once NAME CMD: run CMD once.
+once() {
+	t0=$(now); out=$(eval "$2" 2>&1 </dev/null); rc=$?
+	report "$1" "$rc" $(( $(now) - t0 )) "$out"
+}
+# until_ok NAME LIMIT_MS CMD: run CMD until it succeeds; ms counts from
+# the start of the phase.
+until_ok() {
+	while :; do
+		out=$(eval "$3" 2>&1 </dev/null); rc=$?; el=$(( $(now) - phase_t0 ))
+		if [ "$rc" -eq 0 ] || [ "$el" -gt "$2" ]; then report "$1" "$rc" "$el" "$out"; return; fi
+		sleep 0.1
+	done
+}
+# until_fails NAME LIMIT_MS CMD: run CMD until it fails; rc 0 means it did.
+until_fails() {
+	while :; do
+		out=$(eval "$3" 2>&1 </dev/null); rc=$?; el=$(( $(now) - phase_t0 ))
+		if [ "$rc" -ne 0 ]; then report "$1" 0 "$el" "$out"; return; fi
+		if [ "$el" -gt "$2" ]; then report "$1" 1 "$el" "still works: $out"; return; fi
+		sleep 0.1
+	done
+}
+begin() {
+	i=0
+	while [ ! -e "go-$1" ]; do
+		sleep 0.05; i=$((i + 1))
+		if [ "$i" -gt 2400 ]; then echo "no go-$1 from the test" >&2; exit 3; fi
+	done
+	phase_t0=$(now)
+}
+# held sends a line on the connection opened at the start and waits for
+# its echo.
+held() {
+	printf '%s\n' "$2" >&3
+	t0=$(now); rc=1
+	while [ $(( $(now) - t0 )) -lt 5000 ]; do
+		if grep -q "$2" /tmp/held.out; then rc=0; break; fi
+		sleep 0.05
+	done
+	report "$1" "$rc" $(( $(now) - t0 )) "$(cat /tmp/held.out)"
+}
+addr() { getent hosts "$1" | awk '{print $1; exit}'; }
+https() { curl -sS --max-time 3 --cacert ./ca.pem "https://$1/$2"; }
+tcp() { printf '%s\n' "$3" | nc -N -w 3 "$1" "$2" | grep "$3"; }
+
+# Phase 0, before any edit: a raw TCP connection that stays open
+# throughout, and the state the edits will change.
+mkfifo /tmp/held.in
+nc allowed.test 2222 </tmp/held.in >/tmp/held.out 2>&1 &
+exec 3>/tmp/held.in
+held held-before "$N-held-before"
+echo "$(addr allowed.test)" > /tmp/addr0
+once addr-before 'addr allowed.test'
+once added-before "https added.allowed.test $N-added-before"
+touch done-0
+
+# Phase 1: the test allowed added.allowed.test and added.allowed.test:2222.
+begin 1
+until_ok added-https 10000 'https added.allowed.test $N-added-https'
+until_ok added-tcp 10000 'tcp added.allowed.test 2222 $N-added-tcp'
+added_addr=$(addr added.allowed.test)
+once added-addr 'echo $added_addr'
+held held-after-add "$N-held-after-add"
+once addr-after-add 'addr allowed.test'
+touch done-1
+
+# Phase 2: the test wrote a list that does not parse.
+begin 2
+once bad-added-https 'https added.allowed.test $N-bad-added-https'
+once bad-added-tcp 'tcp added.allowed.test 2222 $N-bad-added-tcp'
+once bad-control 'https allowed.test $N-bad-control'
+touch done-2
+
+# Phase 3: the test removed added.allowed.test again.
+begin 3
+until_fails removed-name 10000 'https added.allowed.test $N-removed-name'
+# Every part has polled by now; a program that cached the address gets
+# nowhere either.
+sleep 1
+once removed-https-addr 'curl -sS --max-time 3 --cacert ./ca.pem --resolve added.allowed.test:443:$added_addr https://added.allowed.test/$N-removed-https-addr'
+once removed-tcp-addr 'tcp $added_addr 2222 $N-removed-tcp-addr'
+held held-after-remove "$N-held-after-remove"
+once control 'https allowed.test $N-control'
+touch done-3
+exec 3>&-
+exit 0
+`)
+}
+
+const liveBefore = `# live reload row
+allowed.test
+allowed.test:2222
+*.wild.test
+`
+
+// added.allowed.test sorts before allowed.test: planned from scratch it
+// would take allowed.test's loopback address, which open connections and
+// cached answers still use.
+const liveAdded = liveBefore + `added.allowed.test
+added.allowed.test:2222
+`
+
+// liveBad keeps allowed.test but would drop added.allowed.test, if it
+// were applied; its line 5 does not parse.
+const liveBad = `# live reload row
+allowed.test
+allowed.test:2222
+*.wild.test
+*.bad*.test
+`
+
+func TestLiveReload(t *testing.T) {
+	row(t, "allowlist edits reach a running session within a second and keep open connections", func(t *testing.T) {
+		nonce := newNonce(t)
+		s := startLive(t, liveBefore, liveScript(nonce))
+
+		s.phase(t, 0)
+		s.edit(t, liveAdded)
+		s.next(t, 1)
+
+		s.phase(t, 1)
+		s.edit(t, liveBad)
+		if !s.waitFor(5*time.Second, func() bool { return strings.Contains(s.stderr.String(), "line 5") }) {
+			t.Errorf("no warning about the bad edit on the launcher's stderr within 5s:\n%s", indent(s.stderr.String()))
+		}
+		s.next(t, 2)
+
+		s.phase(t, 2)
+		s.edit(t, liveBefore)
+		s.next(t, 3)
+
+		s.phase(t, 3)
+		wantCode(t, sessionResult{Code: s.wait(t), Stderr: s.stderr.String()}, 0)
+		res := parseProbes(s.stdout.String())
+
+		// Before: the held connection works and added.allowed.test does not.
+		wantOK(t, res, "held-before", nonce+"-held-before")
+		wantFailed(t, res, "added-before")
+		wantNeverArrived(t, nonce+"-added-before", "https to added.allowed.test before it was allowed")
+
+		// Adding: the new host is reached over TLS and raw TCP within the
+		// limit, and the connection opened before still carries data.
+		for _, name := range []string{"added-https", "added-tcp"} {
+			wantOK(t, res, name)
+			if p, ok := res[name]; ok && p.Elapsed > liveLimit {
+				t.Errorf("%s succeeded only %v after the edit, want within %v", name, p.Elapsed, liveLimit)
+			}
+			t.Logf("%s: reached %v after the edit", name, res[name].Elapsed)
+		}
+		wantOK(t, res, "added-https", "hello from added.allowed.test", "path /"+nonce+"-added-https")
+		wantArrived(t, nonce+"-added-https", "https to added.allowed.test after it was allowed")
+		wantArrived(t, nonce+"-added-tcp", "tcp to added.allowed.test:2222 after it was allowed")
+		wantOK(t, res, "held-after-add", nonce+"-held-after-add")
+		before, after := strings.TrimSpace(res["addr-before"].Out), strings.TrimSpace(res["addr-after-add"].Out)
+		if before == "" || before != after {
+			t.Errorf("allowed.test resolved to %q before the edit and %q after: a reload must not move a host", before, after)
+		}
+		if a := strings.TrimSpace(res["added-addr"].Out); a == "" || a == before {
+			t.Errorf("added.allowed.test got address %q (allowed.test has %q)", a, before)
+		}
+
+		// A bad edit: warned about, and the list before it stays in force.
+		for _, want := range []string{s.allowlist, "line 5", "keeps its previous list"} {
+			if !strings.Contains(s.stderr.String(), want) {
+				t.Errorf("the warning about the bad edit lacks %q:\n%s", want, indent(s.stderr.String()))
+			}
+		}
+		wantOK(t, res, "bad-added-https", "hello from added.allowed.test")
+		wantOK(t, res, "bad-added-tcp", nonce+"-bad-added-tcp")
+		wantOK(t, res, "bad-control", "hello from allowed.test")
+
+		// Removing: the name stops working within the limit, and so does
+		// its old address; allowed.test and the held connection go on.
+		wantOK(t, res, "removed-name")
+		if p, ok := res["removed-name"]; ok && p.Elapsed > liveLimit {
+			t.Errorf("added.allowed.test still worked %v after it was removed, want under %v", p.Elapsed, liveLimit)
+		}
+		wantFailed(t, res, "removed-https-addr")
+		wantFailed(t, res, "removed-tcp-addr")
+		wantNeverArrived(t, nonce+"-removed-https-addr", "https to the removed host's old address")
+		wantNeverArrived(t, nonce+"-removed-tcp-addr", "tcp to the removed host's old address")
+		wantOK(t, res, "held-after-remove", nonce+"-held-after-remove")
+		wantOK(t, res, "control", "hello from allowed.test")
+		wantArrived(t, nonce+"-control", "control request to allowed.test")
+
+		for _, p := range []string{"held-before", "added-before", "added-https", "added-tcp", "held-after-add",
+			"bad-added-https", "bad-added-tcp", "bad-control", "removed-name", "removed-https-addr",
+			"removed-tcp-addr", "held-after-remove", "control"} {
+			if _, ok := res[p]; !ok {
+				t.Errorf("probe %q did not report", p)
+			}
+		}
+	})
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// forwardsPoll is how often FORWARDS_FILE is looked at: the launcher
+// rewrites it when the allowlist changes, and the change should reach the
+// agent well within a second.
+const forwardsPoll = 100 * time.Millisecond
+
+// fileStamp is what stat says about a file: a rename over it shows as a new
+// inode, an edit in place as a new size or mtime.
+type fileStamp struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = uint64(st.Dev), st.Ino
+	}
+	return s
+}
+
+// forwardsFile is FORWARDS_FILE: the same syntax as FORWARDS, read at
+// start and then whenever it changes.
+type forwardsFile struct {
+	path  string
+	stamp fileStamp
+	sum   [32]byte
+}
+
+// read returns the file's forwards and whether its content changed since
+// the last read; a file whose content did not change is not parsed again.
+func (f *forwardsFile) read() ([]forward, bool, error) {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return nil, false, fmt.Errorf("cannot read FORWARDS_FILE: %w", err)
+	}
+	st := stampOf(fi)
+	if st == f.stamp {
+		return nil, false, nil
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return nil, false, fmt.Errorf("cannot read FORWARDS_FILE: %w", err)
+	}
+	// The stamp is from before the read: if the file changed meanwhile,
+	// the next look reads it again.
+	f.stamp = st
+	sum := sha256.Sum256(b)
+	if sum == f.sum {
+		return nil, false, nil
+	}
+	f.sum = sum
+	fs, err := parseForwards(string(b))
+	if err != nil {
+		return nil, true, fmt.Errorf("FORWARDS_FILE %s: %w", f.path, err)
+	}
+	return fs, true, nil
+}
+
+// relays owns the listeners and every relay accepted through them.
+// Closing a listener leaves its open relays alone: only ctx ends those.
+type relays struct {
+	ctx context.Context
+	log io.Writer
+	wg  sync.WaitGroup // accept loops and relays
+
+	mu     sync.Mutex
+	open   map[netip.AddrPort]listener
+	want   []forward
+	failed map[netip.AddrPort]string // listen errors already logged
+	// followed is closed once the file is no longer looked at.
+	followed chan struct{}
+}
+
+func newRelays(ctx context.Context, log io.Writer) *relays {
+	return &relays{ctx: ctx, log: log, open: map[netip.AddrPort]listener{}, failed: map[netip.AddrPort]string{}}
+}
+
+// key makes 127.0.0.1 and ::ffff:127.0.0.1 one address, as the kernel does.
+func key(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+func (r *relays) start(l listener) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.startLocked(l)
+}
+
+func (r *relays) startLocked(l listener) {
+	r.open[key(l.ln.Addr().(*net.TCPAddr).AddrPort())] = l
+	r.wg.Go(func() { acceptLoop(r.ctx, l, &r.wg) })
+}
+
+// update makes the listeners those of fs: it closes the listeners of pairs
+// that are gone or now point elsewhere, keeps the unchanged ones and opens
+// the new ones.
+func (r *relays) update(fs []forward) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := map[netip.AddrPort]netip.AddrPort{}
+	for _, f := range fs {
+		want[key(f.listen)] = f.target
+	}
+	for addr, l := range r.open {
+		if t, ok := want[addr]; ok && t == l.target {
+			continue
+		}
+		_ = l.ln.Close()
+		delete(r.open, addr)
+		fmt.Fprintf(r.log, "forwarder: stopped listening on %s; its open relays carry on\n", addr)
+	}
+	for addr := range r.failed {
+		if _, ok := want[addr]; !ok {
+			delete(r.failed, addr)
+		}
+	}
+	r.want = fs
+	r.openMissingLocked()
+}
+
+// openMissingLocked opens the wanted listeners that are not open: new
+// ones, and ones that failed before (a process of the agent may have held
+// the address for a while). Each failure is logged once.
+func (r *relays) openMissingLocked() {
+	for _, f := range r.want {
+		k := key(f.listen)
+		if _, ok := r.open[k]; ok {
+			continue
+		}
+		ln, err := listen(f)
+		if err != nil {
+			if r.failed[k] != err.Error() {
+				r.failed[k] = err.Error()
+				fmt.Fprintf(r.log, "forwarder: %v; trying again\n", err)
+			}
+			continue
+		}
+		delete(r.failed, k)
+		r.startLocked(listener{ln: ln, target: f.target})
+		fmt.Fprintf(r.log, "forwarder: listening on %s, forwarding to %s\n", ln.Addr(), f.target)
+	}
+}
+
+// follow looks at file every interval until ctx ends and applies each
+// change that parses. A change that does not parse is logged once and
+// the listeners stay as they are.
+func (r *relays) follow(file *forwardsFile, current []forward, every time.Duration) {
+	r.mu.Lock()
+	r.want = current
+	r.followed = make(chan struct{})
+	r.mu.Unlock()
+	go func() {
+		defer close(r.followed)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		lastErr := ""
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			fs, changed, err := file.read()
+			switch {
+			case err != nil:
+				if err.Error() != lastErr {
+					lastErr = err.Error()
+					fmt.Fprintf(r.log, "forwarder: %v; keeping the current listeners\n", err)
+				}
+			case changed:
+				lastErr = ""
+				r.update(fs)
+				fmt.Fprintf(r.log, "forwarder: reloaded %s: %d listeners\n", file.path, r.count())
+			default:
+				r.mu.Lock()
+				r.openMissingLocked()
+				r.mu.Unlock()
+			}
+		}
+	}()
+}
+
+func (r *relays) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.open)
+}
+
+// wait, once ctx has ended, stops following the file, closes every
+// listener and returns when every accept loop and relay is gone.
+func (r *relays) wait() {
+	r.mu.Lock()
+	followed := r.followed
+	r.mu.Unlock()
+	if followed != nil {
+		<-followed
+	}
+	r.mu.Lock()
+	for addr, l := range r.open {
+		_ = l.ln.Close()
+		delete(r.open, addr)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}

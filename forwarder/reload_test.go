@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncLog collects a forwarder's log lines from several goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// freeAddr is a loopback address whose port was just free.
+func freeAddr(t *testing.T) netip.AddrPort {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := addrOf(ln)
+	_ = ln.Close()
+	return key(a)
+}
+
+// writeForwards replaces path by rename, as the launcher does.
+func writeForwards(t *testing.T, path string, pairs ...string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(pairs, " ")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pair(listen, target netip.AddrPort) string { return listen.String() + "=" + target.String() }
+
+// followForwards runs relays that follow a forwards file, as serveWatching
+// does, but polling faster and logging to the returned log.
+func followForwards(t *testing.T, pairs ...string) (path string, log *syncLog) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "forwards")
+	writeForwards(t, path, pairs...)
+	f := &forwardsFile{path: path}
+	fs, _, err := f.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := listenAll(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log = &syncLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newRelays(ctx, log)
+	for _, l := range ls {
+		r.start(l)
+	}
+	r.follow(f, fs, 20*time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		r.wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("relays did not stop after cancel")
+		}
+	})
+	return path, log
+}
+
+// waitDial waits until addr accepts, or fails the test.
+func waitDial(t *testing.T, addr netip.AddrPort) *net.TCPConn {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr.String(), time.Second)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+			return c.(*net.TCPConn)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not accept within a second: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitRefused waits until addr refuses connections, or fails the test.
+func waitRefused(t *testing.T, addr netip.AddrPort) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr.String(), time.Second)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still accepts a second after its pair was removed", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// says reads one line from an upstream that greets with its name.
+func says(t *testing.T, c *net.TCPConn, want string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != want+"\n" {
+		t.Fatalf("upstream said %q, %v; want %q", line, err, want)
+	}
+}
+
+func named(name string) func(*net.TCPConn) {
+	return func(c *net.TCPConn) {
+		_, _ = fmt.Fprintln(c, name)
+		_ = c.CloseWrite()
+	}
+}
+
+func TestReloadAddsAndRemovesListenersKeepingRelays(t *testing.T) {
+	echoUp := addrOf(startUpstream(t, echo))
+	a := addrOf(startUpstream(t, named("a")))
+	b := addrOf(startUpstream(t, named("b")))
+	l1, l2, l3 := freeAddr(t), freeAddr(t), freeAddr(t)
+	path, log := followForwards(t, pair(l1, echoUp), pair(l2, a))
+
+	// A relay open before the change, through a pair that goes away.
+	held := waitDial(t, l1)
+	if err := exchange(held, "before"); err != nil {
+		t.Fatal(err)
+	}
+	kept := waitDial(t, l2)
+	says(t, kept, "a")
+
+	writeForwards(t, path, pair(l2, a), pair(l3, b))
+	says(t, waitDial(t, l3), "b")
+	waitRefused(t, l1)
+	says(t, waitDial(t, l2), "a")
+	// The relay through the closed listener still carries data both ways.
+	if err := exchange(held, "after"); err != nil {
+		t.Fatalf("relay opened before the reload: %v", err)
+	}
+	if strings.Contains(log.String(), "stopped listening on "+l2.String()) {
+		t.Errorf("the unchanged pair %s was reopened:\n%s", l2, log)
+	}
+
+	// A listen address that now points elsewhere is reopened there.
+	writeForwards(t, path, pair(l2, b), pair(l3, b))
+	deadline := time.Now().Add(time.Second)
+	for {
+		c := waitDial(t, l2)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if line == "b\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still relays to a a second after it was pointed at b", l2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := exchange(held, "still"); err != nil {
+		t.Fatalf("relay opened before two reloads: %v", err)
+	}
+	for _, want := range []string{"stopped listening on " + l1.String(), "listening on " + l3.String(), "reloaded " + path} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+}
+
+// exchange sends one line through an echo relay and reads it back.
+func exchange(c *net.TCPConn, msg string) error {
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintln(c, msg); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg)+1)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg+"\n" {
+		return fmt.Errorf("echo %q, want %q", buf, msg+"\n")
+	}
+	return nil
+}
+
+func TestReloadBadFileKeepsListeners(t *testing.T) {
+	a := addrOf(startUpstream(t, named("a")))
+	l1, l2 := freeAddr(t), freeAddr(t)
+	path, log := followForwards(t, pair(l1, a))
+	says(t, waitDial(t, l1), "a")
+	writeForwards(t, path, pair(l1, a), "10.0.0.1:80=10.89.0.2:80", pair(l2, a))
+	deadline := time.Now().Add(time.Second)
+	for !strings.Contains(log.String(), "keeping the current listeners") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complaint about the bad file:\n%s", log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	says(t, waitDial(t, l1), "a")
+	if c, err := net.DialTimeout("tcp", l2.String(), time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("%s from the bad file was opened", l2)
+	}
+	got := log.String()
+	if n := strings.Count(got, "keeping the current listeners"); n != 1 {
+		t.Errorf("the bad file was reported %d times, want once:\n%s", n, got)
+	}
+	for _, want := range []string{path, `bad FORWARDS pair "10.0.0.1:80=10.89.0.2:80"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestReloadRetriesABusyAddress(t *testing.T) {
+	a := addrOf(startUpstream(t, named("a")))
+	busy, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1 := freeAddr(t)
+	path, log := followForwards(t, pair(l1, a))
+	writeForwards(t, path, pair(l1, a), pair(key(addrOf(busy)), a))
+	deadline := time.Now().Add(time.Second)
+	for !strings.Contains(log.String(), "cannot listen on "+key(addrOf(busy)).String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complaint about the busy address:\n%s", log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	_ = busy.Close()
+	says(t, waitDial(t, key(addrOf(busy))), "a")
+	if n := strings.Count(log.String(), "cannot listen on"); n != 1 {
+		t.Errorf("the busy address was reported %d times, want once:\n%s", n, log)
+	}
+}
+
+func TestForwardsFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("127.0.0.1:443=10.89.0.2:443\n127.0.0.2:22=10.89.0.2:10001\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("127.0.0.1:443\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	fs, file, err := forwardsFromEnv(env("FORWARDS", "127.0.0.1:443=10.89.0.2:443"))
+	if err != nil || file != nil || len(fs) != 1 {
+		t.Errorf("FORWARDS alone: %v %v %v", fs, file, err)
+	}
+	fs, file, err = forwardsFromEnv(env("FORWARDS_FILE", good))
+	if err != nil || file == nil || len(fs) != 2 || fs[1] != (forward{ap("127.0.0.2:22"), ap("10.89.0.2:10001")}) {
+		t.Errorf("FORWARDS_FILE alone: %v %v %v", fs, file, err)
+	}
+	for _, tc := range []struct {
+		env  func(string) string
+		want []string
+	}{
+		{env("FORWARDS_FILE", good, "FORWARDS", "127.0.0.1:443=10.89.0.2:443"), []string{"both FORWARDS and FORWARDS_FILE are set"}},
+		{env("FORWARDS_FILE", filepath.Join(dir, "missing")), []string{"cannot read FORWARDS_FILE", "missing"}},
+		{env("FORWARDS_FILE", bad), []string{bad, `bad FORWARDS pair "127.0.0.1:443"`}},
+	} {
+		_, _, err := forwardsFromEnv(tc.env)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("error %v, want one containing %q", err, w)
+			}
+		}
+	}
+}
+
+// TestMainFollowsForwardsFile runs the real main with FORWARDS_FILE.
+func TestMainFollowsForwardsFile(t *testing.T) {
+	a := addrOf(startUpstream(t, named("a")))
+	b := addrOf(startUpstream(t, named("b")))
+	l1, l2 := freeAddr(t), freeAddr(t)
+	path := filepath.Join(t.TempDir(), "forwards")
+	writeForwards(t, path, pair(l1, a))
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := mainCmd("")
+	cmd.Env = append(cmd.Env, "FORWARDS_FILE="+path)
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	defer func() { _ = pr.Close() }()
+	log := &syncLog{}
+	go func() { _, _ = io.Copy(log, pr) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(log.String(), readyLine) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("no ready line:\n%s", log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	says(t, waitDial(t, l1), "a")
+
+	start := time.Now()
+	writeForwards(t, path, pair(l2, b))
+	says(t, waitDial(t, l2), "b")
+	t.Logf("new listener up %v after the rename", time.Since(start))
+	waitRefused(t, l1)
+
+	_ = cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("after SIGINT: %v, want exit 0", err)
+	}
+	if !strings.Contains(log.String(), "forwarder: reloaded "+path) {
+		t.Errorf("log lacks the reload:\n%s", log)
+	}
+}

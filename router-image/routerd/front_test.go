@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// startFront serves a front for backend on an ephemeral loopback port.
+func startFront(t *testing.T, backend netip.AddrPort, patience time.Duration) string {
+	t.Helper()
+	srv, err := listenDNS(&front{backend: backend, attempt: 100 * time.Millisecond, patience: patience}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = srv.serve(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return srv.addr()
+}
+
+func TestFrontRelays(t *testing.T) {
+	up := startFakeUpstream(t)
+	addr := startFront(t, up.addr, time.Second)
+	for _, overTCP := range []bool{false, true} {
+		m, err := ask(addr, newQuery(7, "mixed.test.", dnsmessage.TypeA, 0), overTCP)
+		if err != nil {
+			t.Fatalf("tcp=%v: %v", overTCP, err)
+		}
+		// Unfiltered: the front passes dnsmasq's answer as it is.
+		if m.ID != 7 || len(m.Answers) != 7 {
+			t.Errorf("tcp=%v: id %d answers %v", overTCP, m.ID, summary(m.Answers))
+		}
+		m, err = ask(addr, newQuery(8, "nx.test.", dnsmessage.TypeA, 0), overTCP)
+		if err != nil || m.RCode != dnsmessage.RCodeNameError {
+			t.Errorf("tcp=%v: nx.test gave %v, %v", overTCP, m, err)
+		}
+	}
+	// A reply with another ID (a stray or forged one) is not passed on.
+	m, err := ask(addr, newQuery(9, "spoofed.test.", dnsmessage.TypeA, 0), false)
+	if err != nil || m.ID != 9 || len(m.Answers) != 1 || summary(m.Answers)[0] != "A 192.0.2.80" {
+		t.Errorf("spoofed.test gave %v, %v", m, err)
+	}
+	if want := []string{"udp TypeA mixed.test.", "udp TypeA nx.test.", "tcp TypeA mixed.test.", "tcp TypeA nx.test.", "udp TypeA spoofed.test."}; strings.Join(up.queries(), ",") != strings.Join(want, ",") {
+		t.Errorf("backend saw %v, want %v", up.queries(), want)
+	}
+}
+
+// TestFrontWaitsForBackend: a query that arrives while dnsmasq is
+// restarting is answered once it is back, not refused.
+func TestFrontWaitsForBackend(t *testing.T) {
+	backend := deadAddr(t)
+	addr := startFront(t, backend, 3*time.Second)
+	for _, overTCP := range []bool{false, true} {
+		type result struct {
+			m   *dnsmessage.Message
+			err error
+		}
+		got := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			m, err := ask(addr, newQuery(1, "mixed.test.", dnsmessage.TypeA, 0), overTCP)
+			got <- result{m, err}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		up := startFakeUpstreamOn(t, backend.String())
+		r := <-got
+		if r.err != nil || r.m.RCode != dnsmessage.RCodeSuccess || len(r.m.Answers) != 7 {
+			t.Fatalf("tcp=%v: %v, %v", overTCP, r.m, r.err)
+		}
+		if d := time.Since(start); d < 300*time.Millisecond || d > 1500*time.Millisecond {
+			t.Errorf("tcp=%v: answered after %v, want soon after the backend came at 300ms", overTCP, d)
+		}
+		_ = up.udp.Close()
+		_ = up.tcp.Close()
+	}
+}
+
+func TestFrontServfailWhenBackendStaysAway(t *testing.T) {
+	addr := startFront(t, deadAddr(t), 300*time.Millisecond)
+	start := time.Now()
+	m, err := ask(addr, newQuery(42, "mixed.test.", dnsmessage.TypeA, 0), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != 42 || m.RCode != dnsmessage.RCodeServerFailure || len(m.Questions) != 1 {
+		t.Errorf("got %+v, want SERVFAIL for the query", m.Header)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 2*time.Second {
+		t.Errorf("SERVFAIL after %v, want after the 300ms patience", d)
+	}
+}
+
+// TestFrontKeepsAnsweringThroughDnsmasqRestarts runs the real dnsmasq
+// behind the front and restarts it as a reload does, while a client asks
+// without pause: not one query may fail.
+func TestFrontKeepsAnsweringThroughDnsmasqRestarts(t *testing.T) {
+	bin, err := exec.LookPath("dnsmasq")
+	if err != nil {
+		t.Skip("dnsmasq is not installed here; the router image has it (apt-get install dnsmasq-base)")
+	}
+	backend := deadAddr(t)
+	conf := filepath.Join(t.TempDir(), "dnsmasq.conf")
+	// As the launcher writes it, moved behind the front as routerd does.
+	launcher := "listen-address=10.89.3.2\nbind-interfaces\nport=53\nno-resolv\nno-hosts\nlog-facility=-\naddress=/#/\nhost-record=a.test,127.0.0.2\n"
+	if err := os.WriteFile(conf, behindFront([]byte(launcher), backend), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{bin, "--keep-in-foreground", "--conf-file=" + conf, "--pid-file="}
+	logs := &syncBuffer{}
+	s := newSupervisor(logs, child{"dnsmasq", argv})
+	reloads := make(chan reload)
+	s.reloads = reloads
+	stop, done := runSupervisor(t, s)
+	addr := startFront(t, backend, frontPatience)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := ask(backend.String(), newQuery(1, "a.test.", dnsmessage.TypeA, 0), false); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dnsmasq never answered:\n%s", logs)
+		}
+	}
+
+	var (
+		asked, failed atomic.Int64
+		slowest       atomic.Int64
+		wg            sync.WaitGroup
+		stopAsking    = make(chan struct{})
+		failures      = make(chan string, 100)
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stopAsking:
+					return
+				default:
+				}
+				start := time.Now()
+				m, err := ask(addr, newQuery(uint16(w<<12|i&0xfff), "a.test.", dnsmessage.TypeA, 0), i%5 == 0)
+				d := time.Since(start)
+				for old := slowest.Load(); int64(d) > old && !slowest.CompareAndSwap(old, int64(d)); old = slowest.Load() {
+				}
+				asked.Add(1)
+				if err != nil || m.RCode != dnsmessage.RCodeSuccess || len(m.Answers) != 1 {
+					failed.Add(1)
+					select {
+					case failures <- fmt.Sprintf("%v %v", m, err):
+					default:
+					}
+				}
+			}
+		})
+	}
+	for range 5 {
+		time.Sleep(150 * time.Millisecond)
+		reloads <- reload{child: "dnsmasq", file: "dnsmasq.conf"}
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stopAsking)
+	wg.Wait()
+	if n := strings.Count(logs.String(), "reloaded dnsmasq.conf"); n != 5 {
+		t.Errorf("dnsmasq restarted %d times, want 5:\n%s", n, logs)
+	}
+	t.Logf("%d queries during 5 restarts, %d failed, slowest %v", asked.Load(), failed.Load(), time.Duration(slowest.Load()))
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d queries failed during restarts, e.g. %s", failed.Load(), asked.Load(), <-failures)
+	}
+	if d := time.Duration(slowest.Load()); d > time.Second {
+		t.Errorf("the slowest query took %v, want under a second", d)
+	}
+	select {
+	case code := <-done:
+		t.Fatalf("the supervisor stopped (%d):\n%s", code, logs)
+	default:
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("run = %d after cancel, want 0", code)
+	}
+}
