@@ -345,7 +345,7 @@ func (podmanEngine) ListLabelled(ctx context.Context, label string) ([]labelledO
 	}
 	for _, c := range cs {
 		if len(c.Names) > 0 && !c.IsInfra {
-			out = append(out, labelledObject{kind: "container", name: c.Names[0], labels: c.Labels})
+			out = append(out, labelledObject{kind: "container", name: c.Names[0], labels: c.Labels, running: c.State == "running"})
 		}
 	}
 	ns, err := network.List(ctx, new(network.ListOptions).WithFilters(filter))

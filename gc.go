@@ -16,6 +16,8 @@ type labelledObject struct {
 	kind   string // "pod", "container" or "network"
 	name   string
 	labels map[string]string
+	// running is set for containers that run now.
+	running bool
 }
 
 // ownerID names the launcher process that owns a session: its pid and its

@@ -49,12 +49,12 @@ func TestStaleSessionsTouchOnlyDeadOwners(t *testing.T) {
 		return map[string]string{labelSession: session, labelOwner: owner}
 	}
 	objs := []labelledObject{
-		{"network", "s1", lbl("s1", "1@1")},
-		{"container", "s1-router", lbl("s1", "1@1")},
-		{"pod", "s1", lbl("s1", "1@1")},
-		{"pod", "s2", lbl("s2", "2@2")},
-		{"container", "other", map[string]string{labelSession: "s3"}},
-		{"container", "unlabelled", nil},
+		{"network", "s1", lbl("s1", "1@1"), false},
+		{"container", "s1-router", lbl("s1", "1@1"), false},
+		{"pod", "s1", lbl("s1", "1@1"), false},
+		{"pod", "s2", lbl("s2", "2@2"), false},
+		{"container", "other", map[string]string{labelSession: "s3"}, false},
+		{"container", "unlabelled", nil, false},
 	}
 	stale := staleSessions(objs, alive)
 	if len(stale) != 1 {
@@ -88,10 +88,10 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	eng := newFakeEngine()
 	eng.labelled = []labelledObject{
-		{"container", "dead-router", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
-		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
-		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}},
-		{"pod", "live", map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}},
+		{"container", "dead-router", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+		{"pod", "live", map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}, false},
 	}
 	removed, err := collectGarbage(context.Background(), eng, runtimeDir)
 	if err != nil {

@@ -45,7 +45,8 @@ func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Tim
 			return err
 		}
 		for _, o := range objs {
-			if o.kind != "container" || !strings.HasSuffix(o.name, "-router") || following[o.name] {
+			// A created router has no log to follow yet: wait until it runs.
+			if o.kind != "container" || !o.running || !strings.HasSuffix(o.name, "-router") || following[o.name] {
 				continue
 			}
 			following[o.name] = true
@@ -75,7 +76,7 @@ func watch(ctx context.Context, out io.Writer) int {
 	}
 	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
 	code := withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
-		if err := watchDenials(opCtx, eng, out, time.Now(), time.Second); err != nil {
+		if err := watchDenials(opCtx, eng, out, time.Now(), 500*time.Millisecond); err != nil {
 			return fail(err)
 		}
 		return 0

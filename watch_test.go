@@ -31,13 +31,15 @@ func TestWatchDenialsFollowsEveryRouter(t *testing.T) {
 		return map[string]string{labelSession: "s", labelOwner: "1@1", labelDir: dir}
 	}
 	eng.labelled = []labelledObject{
-		{"container", "s1-router", lbl("/src/one")},
-		{"container", "s1-claude", lbl("/src/one")},
-		{"pod", "s1", lbl("/src/one")},
-		{"container", "s2-router", lbl("/src/two")},
+		{"container", "s1-router", lbl("/src/one"), true},
+		{"container", "s1-claude", lbl("/src/one"), true},
+		{"pod", "s1", lbl("/src/one"), false},
+		{"container", "s2-router", lbl("/src/two"), true},
+		{"container", "s3-router", lbl("/src/three"), false}, // created, not yet running
 	}
 	eng.logs = map[string]string{
 		"s1-router": "dnsmasq[1]: config denied.test is NXDOMAIN\ndnsmasq[1]: config allowed.test is 127.0.0.1\n",
+		"s3-router": "dnsmasq[1]: config early.test is NXDOMAIN\n",
 		"s2-router": `10.89.2.3 port=443 sni="sneaky.test" upstream="-" status=500 sent=0 received=0` + "\ndnsmasq[1]: config \\027]0;x is NXDOMAIN\n",
 	}
 	out := &lockedBuffer{}
