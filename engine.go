@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/blang/semver/v4"
@@ -68,66 +65,6 @@ const minPodman = "4.3.0"
 // takes the connection context that startService returned (or one derived
 // from it).
 type podmanEngine struct{}
-
-// startService runs a private `podman system service` on a socket in dir and
-// connects to it. The returned stop func is never nil and must be called
-// even on error.
-func startService(dir string) (context.Context, engine, func(), error) {
-	sock := filepath.Join(dir, "podman.sock")
-	podman := envOr("AGENT_SANDBOX_PODMAN", "podman")
-	cmd := exec.Command(podman, "system", "service", "--time=0", "unix://"+sock)
-	var stderr strings.Builder
-	cmd.Stderr = &limitedWriter{w: &stderr, n: 4096}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// A terminal's Ctrl-C goes to the foreground process group; the
-		// service must outlive it so that teardown can still talk to it.
-		Setpgid: true,
-		// If the launcher is killed, the service must not linger.
-		Pdeathsig: syscall.SIGTERM,
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
-			return nil, nil, func() {}, fmt.Errorf("podman not found: install podman %s or newer (for example: apt-get install podman)", minPodman)
-		}
-		return nil, nil, func() {}, fmt.Errorf("cannot start the podman service: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = os.Remove(sock)
-	}
-
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			conn, err := bindings.NewConnection(context.Background(), "unix://"+sock)
-			if err == nil {
-				if err := checkServiceVersion(conn); err != nil {
-					return nil, nil, stop, err
-				}
-				return conn, podmanEngine{}, stop, nil
-			}
-			if time.Now().After(deadline) {
-				return nil, nil, stop, fmt.Errorf("cannot connect to the podman service: %w", err)
-			}
-		}
-		select {
-		case <-exited:
-			return nil, nil, stop, fmt.Errorf("the podman service exited: %s", strings.TrimSpace(stderr.String()))
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return nil, nil, stop, errors.New("the podman service did not start within 20s: check `podman info`")
-		}
-	}
-}
 
 func checkServiceVersion(conn context.Context) error {
 	v := bindings.ServiceVersion(conn)
