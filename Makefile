@@ -84,9 +84,15 @@ test:
 e2e:
 	GO="$(GO)" GO_TAGS="$(GO_TAGS)" MAKE="$(MAKE)" bash hack/run-e2e
 
+# The same suite on podman 5, in a Debian 13 root filesystem (issue 7).
+.PHONY: e2e-podman5
+e2e-podman5:
+	GO="$(GO)" GO_TAGS="$(GO_TAGS)" MAKE="$(MAKE)" bash hack/podman5/run-e2e
+
 check:
 	$(MAKE) test
 	$(MAKE) e2e
+	$(MAKE) e2e-podman5
 
 # No build dependency: `sudo make install` must not rebuild as root.
 install:
