@@ -180,8 +180,11 @@ func withService(ctx context.Context, runtimeDir, name string, trace *tracer, fn
 	done := trace.step("podman service start")
 	conn, eng, stopService, err := startService(apiDir)
 	done()
-	defer trace.step("podman service stop")()
-	defer stopService()
+	defer func() {
+		done := trace.step("podman service stop")
+		stopService()
+		done()
+	}()
 	if err != nil {
 		warn("%v", err)
 		if ctx.Err() != nil {

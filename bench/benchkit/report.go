@@ -1,0 +1,581 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runHyperfine turns hyperfine --export-json files into sample lines, one
+// key per benchmarked command in order.
+func runHyperfine(args []string) error {
+	fs := flag.NewFlagSet("hyperfine", flag.ContinueOnError)
+	keys := fs.String("keys", "", "comma-separated sample keys, one per command in order")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *keys == "" || fs.NArg() == 0 {
+		return errors.New("usage: benchkit hyperfine -keys KEY,... FILE.json...")
+	}
+	for _, name := range fs.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		err = hyperfineSamples(f, strings.Split(*keys, ","), os.Stdout)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func hyperfineSamples(r io.Reader, keys []string, w io.Writer) error {
+	var doc struct {
+		Results []struct {
+			Command   string    `json:"command"`
+			Times     []float64 `json:"times"`
+			ExitCodes []int     `json:"exit_codes"`
+			User      float64   `json:"user"`
+			System    float64   `json:"system"`
+		} `json:"results"`
+	}
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return fmt.Errorf("read hyperfine json: %w", err)
+	}
+	if len(doc.Results) != len(keys) {
+		return fmt.Errorf("hyperfine ran %d commands, but %d keys were given", len(doc.Results), len(keys))
+	}
+	for i, res := range doc.Results {
+		for j, t := range res.Times {
+			// A failed run's time is not a session's: count it instead.
+			if j < len(res.ExitCodes) && res.ExitCodes[j] != 0 {
+				fmt.Fprintf(w, "%s_failed 1\n", keys[i])
+				continue
+			}
+			fmt.Fprintf(w, "%s %.6f\n", keys[i], t)
+		}
+		// hyperfine keeps only the mean CPU time of each command.
+		fmt.Fprintf(w, "%s_cpu %.6f\n", keys[i], res.User+res.System)
+	}
+	return nil
+}
+
+// samples holds every measured value by key, in the order measured.
+type samples map[string][]float64
+
+func readSamples(r io.Reader) (samples, error) {
+	s := samples{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("samples line %d: want KEY VALUE, got %q", n, line)
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("samples line %d: %q is not a number", n, f[1])
+		}
+		s[f[0]] = append(s[f[0]], v)
+	}
+	return s, sc.Err()
+}
+
+// param is a run parameter recorded among the samples, such as the size
+// of the transfers.
+func (s samples) param(key, def string) string {
+	if v := s[key]; len(v) > 0 {
+		return strconv.FormatFloat(v[0], 'f', -1, 64)
+	}
+	return def
+}
+
+type stat struct {
+	n                   int
+	median, lo, hi, sum float64
+}
+
+func (s samples) stat(key string) (stat, bool) {
+	v := slices.Clone(s[key])
+	if len(v) == 0 {
+		return stat{}, false
+	}
+	sort.Float64s(v)
+	m := v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return stat{n: len(v), median: m, lo: v[0], hi: v[len(v)-1], sum: sum}, true
+}
+
+// figure is one row of the results table: a measurement against a baseline
+// of the same run, or against an absolute limit when base is empty.
+type figure struct {
+	group, name     string
+	key, base       string
+	unit            string
+	scale           float64 // the unit per sample unit
+	limit           float64
+	atMost          bool // the ratio (or value) must not exceed limit
+	target          string
+	absolute        bool
+	baseName, notes string
+}
+
+var figures = []figure{
+	{group: "Start-up", name: "T_bare: `podman run --rm` sandbox image `true`", key: "t_bare", unit: "s", scale: 1, notes: "baseline"},
+	{group: "Start-up", name: "T_cli: bench/session-cli.sh", key: "t_cli", unit: "s", scale: 1, notes: "baseline"},
+	{group: "Start-up", name: "T_agent: launch to the agent's first instruction", key: "t_agent", base: "t_bare", baseName: "T_bare", unit: "s", scale: 1, limit: 3, atMost: true, target: "≤ 3 × T_bare"},
+	{group: "Start-up", name: "T_session: `agent-sandbox --exec true`", key: "t_session", base: "t_bare", baseName: "T_bare", unit: "s", scale: 1, limit: 4, atMost: true, target: "≤ 4 × T_bare"},
+	{group: "Start-up", name: "T_session: `agent-sandbox --exec true`", key: "t_session", base: "t_cli", baseName: "T_cli", unit: "s", scale: 1, limit: 0.5, atMost: true, target: "≤ 0.5 × T_cli"},
+	{group: "Data path", name: "download {MiB} MiB over TLS, sandbox", key: "dl_sandbox_mibps", base: "dl_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.85, target: "≥ 0.85 × direct"},
+	{group: "Data path", name: "upload {MiB} MiB over TLS, sandbox", key: "ul_sandbox_mibps", base: "ul_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.85, target: "≥ 0.85 × direct"},
+	{group: "Data path", name: "{N} sequential HTTPS requests, new connection each, sandbox", key: "small_sandbox_s", base: "small_direct_s", baseName: "direct", unit: "s", scale: 1, limit: 1.5, atMost: true, target: "≤ 1.5 × direct"},
+	{group: "Footprint", name: "router + forwarder containers, RSS", key: "rss_helpers_kib", unit: "MiB", scale: 1.0 / 1024, limit: 24, atMost: true, absolute: true, target: "≤ 24 MiB"},
+	{group: "Footprint", name: "launcher + its API service, RSS", key: "rss_launcher_service_kib", unit: "MiB", scale: 1.0 / 1024, notes: "no target"},
+	{group: "Scale", name: "{S} sessions at once, wall time for all", key: "t_eight", base: "t_one", baseName: "one session", unit: "s", scale: 1, limit: 3, atMost: true, target: "≤ 3 × one session"},
+	{group: "Scale", name: "T_session with 5,000 entries (200 host:port)", key: "t_one_big", base: "t_one", baseName: "10 entries", unit: "s", scale: 1, limit: 1.2, atMost: true, target: "≤ 1.2 × 10 entries"},
+}
+
+func (st stat) format(unit string, scale float64) string {
+	prec := 3
+	if unit != "s" {
+		prec = 1
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x*scale, 'f', prec, 64) }
+	return fmt.Sprintf("%s %s (%s–%s, n=%d)", f(st.median), unit, f(st.lo), f(st.hi), st.n)
+}
+
+// table renders the results table; it returns how many targets were missed.
+func table(s samples, w io.Writer) int {
+	missed := 0
+	params := strings.NewReplacer("{MiB}", s.param("data_mib", "256"), "{N}", s.param("small_requests", "200"), "{S}", s.param("scale_sessions", "8"))
+	fmt.Fprintln(w, "| group | figure | median (min–max) | baseline: median (min–max) | ratio | target | met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, f := range figures {
+		f.name = params.Replace(f.name)
+		st, ok := s.stat(f.key)
+		if !ok {
+			fmt.Fprintf(w, "| %s | %s | not measured | | | %s | **no** |\n", f.group, f.name, f.target)
+			if f.target != "" {
+				missed++
+			}
+			continue
+		}
+		measured := st.format(f.unit, f.scale)
+		failed := len(s[f.key+"_failed"]) + len(s[f.base+"_failed"])
+		if failed > 0 {
+			measured += fmt.Sprintf("; %d runs failed", failed)
+		}
+		base, ratio, met := "", "", f.notes
+		value := st.median * f.scale
+		if f.base != "" {
+			bs, ok := s.stat(f.base)
+			if !ok || bs.median == 0 {
+				fmt.Fprintf(w, "| %s | %s | %s | %s not measured | | %s | **no** |\n", f.group, f.name, measured, f.baseName, f.target)
+				missed++
+				continue
+			}
+			base = f.baseName + ": " + bs.format(f.unit, f.scale)
+			value = st.median / bs.median
+			ratio = strconv.FormatFloat(value, 'f', 2, 64)
+		}
+		if f.target != "" {
+			ok := value >= f.limit
+			if f.atMost {
+				ok = value <= f.limit
+			}
+			met = "yes"
+			if !ok || failed > 0 {
+				met = "**no**"
+				missed++
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.group, f.name, measured, base, ratio, f.target, met)
+	}
+	return missed
+}
+
+// relayCPU shows what moving the data cost each process of the sandbox
+// path, read from /proc around one transfer in a session.
+func relayCPU(s samples, w io.Writer) {
+	rows := []struct{ key, name string }{
+		{"cpu_forwarder", "forwarder (in the pod)"},
+		{"cpu_router", "router: nginx, dnsmasq, routerd"},
+		{"cpu_upstream", "upstream server (TLS end)"},
+		{"cpu_client_profile", "client in the sandbox (TLS end)"},
+		{"cpu_client_sandbox", "client in the sandbox, data-path rounds"},
+		{"cpu_client_direct", "client on the egress network, data-path rounds"},
+	}
+	var out []string
+	for _, r := range rows {
+		c, ok := s.stat(r.key + "_s")
+		if !ok {
+			continue
+		}
+		sys := ""
+		if k, ok := s.stat(r.key + "_sys_s"); ok {
+			sys = fmt.Sprintf("%.2f s", k.median)
+		}
+		out = append(out, fmt.Sprintf("| %s | %.2f s (%.2f–%.2f, n=%d) | %s |", r.name, c.median, c.lo, c.hi, c.n, sys))
+	}
+	if len(out) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nCPU spent on one round of the data path (%s MiB down, %s MiB up, %s small requests), by process:\n\n",
+		s.param("data_mib", "256"), s.param("data_mib", "256"), s.param("small_requests", "200"))
+	fmt.Fprintln(w, "| process | CPU (user + system) | of which system |")
+	fmt.Fprintln(w, "|---|---:|---:|")
+	for _, l := range out {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// cpu shows what each timed command cost in CPU: on a shared two-core
+// machine that, more than waiting, bounds how many sessions start at once.
+func cpu(s samples, w io.Writer) {
+	rows := []struct{ key, name string }{
+		{"t_bare", "T_bare"}, {"t_cli", "T_cli"}, {"t_session", "T_session"},
+		{"t_one", "one session (scale)"}, {"t_one_big", "one session, 5,000 entries"}, {"t_eight", "{S} sessions at once"},
+	}
+	var out []string
+	for _, r := range rows {
+		if c, ok := s.stat(r.key + "_cpu"); ok {
+			out = append(out, fmt.Sprintf("| %s | %.3f s |", strings.ReplaceAll(r.name, "{S}", s.param("scale_sessions", "8")), c.median))
+		}
+	}
+	for _, r := range []struct{ key, name string }{
+		{"cpu_launcher_start_s", "launcher, up to the agent's start (read from /proc while the session idles)"},
+		{"cpu_service_start_s", "its podman service, likewise"},
+	} {
+		if c, ok := s.stat(r.key); ok {
+			out = append(out, fmt.Sprintf("| %s | %.3f s |", r.name, c.median))
+		}
+	}
+	if len(out) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nCPU time (user + system) of each command and the children it waited for, as hyperfine reports it (median; conmon and the containers are not its children, so they are not in it), and of one session's launcher and service:\n\n")
+	fmt.Fprintln(w, "| command | CPU |")
+	fmt.Fprintln(w, "|---|---:|")
+	for _, l := range out {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// footprintParts are the per-session processes read from /proc.
+var footprintParts = []struct{ key, name string }{
+	{"router", "router container (podman-init, routerd, dnsmasq, nginx master + worker)"},
+	{"forwarder", "forwarder container"},
+	{"helpers", "router + forwarder"},
+	{"helpers_after", "router + forwarder after one data-path round"},
+	{"launcher", "launcher (agent-sandbox)"},
+	{"service", "its private `podman system service`"},
+	{"launcher_service", "launcher + service"},
+	{"conmon", "conmon monitors of the session's containers (not counted above)"},
+	{"infra", "pod infra container (catatonit; not counted above)"},
+}
+
+func footprint(s samples, w io.Writer) {
+	fmt.Fprintln(w, "| processes | RSS median (min–max) | PSS median (min–max) |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, p := range footprintParts {
+		rss, ok := s.stat("rss_" + p.key + "_kib")
+		if !ok {
+			continue
+		}
+		pss := "not read"
+		if ps, ok := s.stat("pss_" + p.key + "_kib"); ok {
+			pss = ps.format("MiB", 1.0/1024)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", p.name, rss.format("MiB", 1.0/1024), pss)
+	}
+}
+
+// traceLine matches the launcher's AGENT_SANDBOX_TRACE output: time since
+// the tracer started, the step's own duration, and the step.
+var traceLine = regexp.MustCompile(`^agent-sandbox: trace +([0-9.]+)ms +([0-9.]+)ms (.+)$`)
+
+var sessionName = regexp.MustCompile(`agent-sandbox-[0-9]+-[0-9]+`)
+
+type traceStep struct {
+	name    string
+	at, dur float64 // ms
+}
+
+func readTrace(r io.Reader) (steps []traceStep, wall float64, err error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "wall "); ok {
+			if wall, err = strconv.ParseFloat(v, 64); err != nil {
+				return nil, 0, fmt.Errorf("bad wall line %q", line)
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "first "); ok {
+			// Not a step: the agent's first instruction, in seconds
+			// after launch, shown apart from the tracer's clock.
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("bad first line %q", line)
+			}
+			steps = append(steps, traceStep{name: firstInstruction, at: -f * 1000})
+			continue
+		}
+		m := traceLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, _ := strconv.ParseFloat(m[1], 64)
+		dur, _ := strconv.ParseFloat(m[2], 64)
+		name := sessionName.ReplaceAllString(m[3], "S")
+		if name == serviceStop {
+			// The launcher starts this step's clock when it defers the
+			// stop, right after the start: what it reports is the whole
+			// session. The stop itself is what follows the last step.
+			dur = at
+			for _, st := range steps {
+				dur = min(dur, at-st.at)
+			}
+		}
+		steps = append(steps, traceStep{name: name, at: at, dur: dur})
+	}
+	return steps, wall, sc.Err()
+}
+
+const (
+	serviceStop      = "podman service stop"
+	firstInstruction = "the agent's first instruction"
+)
+
+// traces prints the first traced run step by step, then each step's median
+// over all traced runs, slowest first.
+func traces(files []string, w io.Writer) error {
+	type run struct {
+		steps []traceStep
+		wall  float64
+	}
+	var runs []run
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		steps, wall, err := readTrace(fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if len(steps) > 0 {
+			runs = append(runs, run{steps, wall})
+		}
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "No trace lines in the traced runs' output: does the launcher still honour AGENT_SANDBOX_TRACE?")
+		return nil
+	}
+	first := runs[0]
+	fmt.Fprintf(w, "One traced `agent-sandbox --exec date +%%s.%%N` (S is the session name; steps that overlap ran side by side; the tracer's clock starts after the launcher's checks; wall %.0f ms):\n\n", first.wall*1000)
+	fmt.Fprintln(w, "| ends at (ms) | took (ms) | step |")
+	fmt.Fprintln(w, "|---:|---:|---|")
+	last := 0.0
+	for _, st := range first.steps {
+		if st.name == firstInstruction {
+			continue
+		}
+		fmt.Fprintf(w, "| %.1f | %.1f | %s |\n", st.at, st.dur, st.name)
+		last = math.Max(last, st.at)
+	}
+	if first.wall > 0 {
+		fmt.Fprintf(w, "| %.1f | %.1f | outside the tracer: process start, allowlist and launch-dir checks, exit |\n", first.wall*1000, first.wall*1000-last)
+	}
+	for _, st := range first.steps {
+		if st.name == firstInstruction {
+			fmt.Fprintf(w, "\nThe agent's first instruction ran %.0f ms after launch (launcher clock, not the tracer's).\n", -st.at)
+		}
+	}
+
+	byName := samples{}
+	var order []string
+	for _, r := range runs {
+		last := 0.0
+		for _, st := range r.steps {
+			if st.name == firstInstruction {
+				continue
+			}
+			if _, ok := byName[st.name]; !ok {
+				order = append(order, st.name)
+			}
+			byName[st.name] = append(byName[st.name], st.dur)
+			last = math.Max(last, st.at)
+		}
+		if r.wall > 0 {
+			const outside = "outside the tracer"
+			if _, ok := byName[outside]; !ok {
+				order = append(order, outside)
+			}
+			byName[outside] = append(byName[outside], r.wall*1000-last)
+			byName["wall"] = append(byName["wall"], r.wall*1000)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, _ := byName.stat(order[i])
+		b, _ := byName.stat(order[j])
+		return a.median > b.median
+	})
+	wall, _ := byName.stat("wall")
+	fmt.Fprintf(w, "\nEvery step over %d traced runs, slowest first (median wall %.0f ms):\n\n", len(runs), wall.median)
+	fmt.Fprintln(w, "| step | median (ms) | min–max (ms) |")
+	fmt.Fprintln(w, "|---|---:|---:|")
+	for _, name := range order {
+		st, _ := byName.stat(name)
+		fmt.Fprintf(w, "| %s | %.1f | %.1f–%.1f |\n", name, st.median, st.lo, st.hi)
+	}
+	return nil
+}
+
+// eventTime is how podman 4 prints an event's time.
+const eventTime = "2006-01-02 15:04:05.999999999 -0700 MST"
+
+// events prints the first traced session's container lifecycle from
+// podman's own event log, in ms after launch: it shows what the engine calls
+// in the trace spend their time on.
+func events(file string, w io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var launch float64
+	type event struct {
+		at         float64
+		what, name string
+	}
+	var evs []event
+	session := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "launch "); ok {
+			launch, _ = strconv.ParseFloat(v, 64)
+			continue
+		}
+		f := strings.SplitN(line, "|", 3)
+		if len(f) != 3 {
+			continue
+		}
+		t, err := time.Parse(eventTime, f[0])
+		if err != nil {
+			continue
+		}
+		at := float64(t.UnixNano())/1e6 - launch*1000
+		if at < 0 {
+			continue
+		}
+		if session == "" {
+			session = sessionName.FindString(f[2])
+		}
+		evs = append(evs, event{at, f[1], f[2]})
+	}
+	if launch == 0 || len(evs) == 0 || session == "" {
+		fmt.Fprintln(w, "\n(no podman events were recorded for the traced session)")
+		return nil
+	}
+	fmt.Fprint(w, "\nThe same session's container events, from podman's event log (ms after launch; infra is the pod's infra container):\n\n")
+	fmt.Fprintln(w, "| at (ms) | event | object |")
+	fmt.Fprintln(w, "|---:|---|---|")
+	infra := regexp.MustCompile(`^[0-9a-f]{12}-infra$`)
+	for _, e := range evs {
+		name := strings.ReplaceAll(e.name, session, "S")
+		if infra.MatchString(name) {
+			name = "infra"
+		} else if name == e.name {
+			continue // another session's or another tool's
+		}
+		fmt.Fprintf(w, "| %.0f | %s | %s |\n", e.at, e.what, name)
+	}
+	return nil
+}
+
+// runReport writes the results: the table with every target, the footprint
+// by process, and the traced breakdown.
+func runReport(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	samplesFile := fs.String("samples", "", "file of KEY VALUE sample lines")
+	machine := fs.String("machine", "", "markdown describing the machine, included as is")
+	notes := fs.String("notes", "", "markdown list of what went wrong, included as is")
+	eventsFile := fs.String("events", "", "podman events of the first traced session, after a launch line")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	f, err := os.Open(*samplesFile)
+	if err != nil {
+		return err
+	}
+	s, err := readSamples(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	if *machine != "" {
+		b, err := os.ReadFile(*machine)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", strings.TrimRight(string(b), "\n"))
+	}
+	fmt.Fprint(w, "\n### Results\n\nEvery ratio divides the medians of the same run.\n\n")
+	missed := table(s, w)
+	fmt.Fprintf(w, "\n%d of %d targets missed.\n", missed, countTargets())
+	if *notes != "" {
+		if b, err := os.ReadFile(*notes); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			fmt.Fprintf(w, "\nProblems during the run:\n\n%s\n", strings.TrimRight(string(b), "\n"))
+		}
+	}
+	cpu(s, w)
+	relayCPU(s, w)
+	fmt.Fprint(w, "\n### Footprint by process\n\nRead from /proc (VmRSS, and Pss from smaps_rollup) while an idle session ran, and in the first session again after it moved the data of one data-path round; PSS splits pages shared between processes.\n\n")
+	footprint(s, w)
+	if files := fs.Args(); len(files) > 0 {
+		fmt.Fprint(w, "\n### Where a session's time goes (AGENT_SANDBOX_TRACE=1)\n\n")
+		if err := traces(files, w); err != nil {
+			return err
+		}
+	}
+	if *eventsFile != "" {
+		if err := events(*eventsFile, w); err != nil {
+			fmt.Fprintf(w, "\n(cannot read the podman events: %v)\n", err)
+		}
+	}
+	return nil
+}
+
+func countTargets() int {
+	n := 0
+	for _, f := range figures {
+		if f.target != "" {
+			n++
+		}
+	}
+	return n
+}
