@@ -121,7 +121,7 @@ func startSecEnv() (*secEnv, error) {
 	}
 	for name := range e.logs {
 		if err := waitReady(e.logs[name]); err != nil {
-			return e, fmt.Errorf("%s: %w", name, err)
+			return e, fmt.Errorf("%s: %w%s", name, err, containerState(name))
 		}
 	}
 	e.setupTime = time.Since(start)
@@ -235,6 +235,27 @@ func (e *secEnv) startGateway() error {
 		return fmt.Errorf("podman unshare --rootless-netns: %w", err)
 	}
 	return nil
+}
+
+// containerState says what podman knows of a fake that never got ready.
+func containerState(name string) string {
+	if name == "secfake" {
+		name = secFakeName
+	}
+	if !slices.Contains(secContainerNames(), name) {
+		return ""
+	}
+	state, _ := podman("inspect", "--format", "{{.State.Status}} exit={{.State.ExitCode}} {{.State.Error}}", name)
+	logs, _ := podman("logs", "--tail", "20", name)
+	return fmt.Sprintf("\ncontainer %s: %s\n%s", name, strings.TrimSpace(state), indent(logs))
+}
+
+func secContainerNames() []string {
+	names := []string{secFakeName}
+	for _, c := range secCanaries {
+		names = append(names, c.name)
+	}
+	return names
 }
 
 func waitReady(path string) error {
