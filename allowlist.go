@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // tlsPort is the port of plain entries: the router admits them by SNI.
@@ -188,4 +189,155 @@ func checkLabel(l string) error {
 		}
 	}
 	return nil
+}
+
+// multiTenant are suffixes under which anyone can get a name, beyond what
+// the public suffix list already says (it misses parents such as
+// amazonaws.com, whose wildcard covers every S3 bucket).
+var multiTenant = map[string]string{
+	"amazonaws.com":         "every AWS customer's S3 buckets, API gateways and load balancers",
+	"s3.amazonaws.com":      "every S3 bucket",
+	"cloudfront.net":        "every CloudFront distribution",
+	"windows.net":           "every Azure customer's storage and sites",
+	"core.windows.net":      "every Azure storage account",
+	"blob.core.windows.net": "every Azure blob container",
+	"azurewebsites.net":     "every Azure web app",
+	"azureedge.net":         "every Azure CDN endpoint",
+	"googleusercontent.com": "every Google-hosted user content and Cloud Run app",
+	"appspot.com":           "every App Engine app",
+	"googleapis.com":        "every Google Cloud storage bucket and API behind one front",
+	"github.io":             "every GitHub Pages site",
+	"githubusercontent.com": "every GitHub user's content",
+	"gitlab.io":             "every GitLab Pages site",
+	"workers.dev":           "every Cloudflare Worker",
+	"pages.dev":             "every Cloudflare Pages site",
+	"r2.dev":                "every Cloudflare R2 bucket",
+	"herokuapp.com":         "every Heroku app",
+	"vercel.app":            "every Vercel deployment",
+	"netlify.app":           "every Netlify site",
+	"firebaseapp.com":       "every Firebase app",
+	"web.app":               "every Firebase site",
+	"fly.dev":               "every Fly.io app",
+	"onrender.com":          "every Render app",
+	"glitch.me":             "every Glitch project",
+	"repl.co":               "every Replit",
+	"deno.dev":              "every Deno Deploy app",
+	"railway.app":           "every Railway app",
+	"blogspot.com":          "every Blogger blog",
+}
+
+// exfilServices accept data from anyone and let anyone read it back: paste
+// bins, request catchers, file drops and tunnels.
+var exfilServices = map[string]string{
+	"pastebin.com":         "a paste service",
+	"paste.ee":             "a paste service",
+	"hastebin.com":         "a paste service",
+	"dpaste.org":           "a paste service",
+	"termbin.com":          "a paste service",
+	"ix.io":                "a paste service",
+	"0x0.st":               "a file drop",
+	"transfer.sh":          "a file drop",
+	"file.io":              "a file drop",
+	"temp.sh":              "a file drop",
+	"webhook.site":         "a request catcher",
+	"requestbin.com":       "a request catcher",
+	"requestbin.net":       "a request catcher",
+	"requestcatcher.com":   "a request catcher",
+	"pipedream.net":        "a request catcher",
+	"beeceptor.com":        "a request catcher",
+	"hookbin.com":          "a request catcher",
+	"ptsv2.com":            "a request catcher",
+	"ptsv3.com":            "a request catcher",
+	"postb.in":             "a request catcher",
+	"interact.sh":          "an out-of-band interaction catcher",
+	"oast.fun":             "an out-of-band interaction catcher",
+	"oast.pro":             "an out-of-band interaction catcher",
+	"oast.live":            "an out-of-band interaction catcher",
+	"oast.site":            "an out-of-band interaction catcher",
+	"oast.online":          "an out-of-band interaction catcher",
+	"oast.me":              "an out-of-band interaction catcher",
+	"oastify.com":          "an out-of-band interaction catcher",
+	"burpcollaborator.net": "an out-of-band interaction catcher",
+	"dnslog.cn":            "an out-of-band interaction catcher",
+	"canarytokens.com":     "an out-of-band interaction catcher",
+	"ngrok.io":             "a tunnel to someone's machine",
+	"ngrok.app":            "a tunnel to someone's machine",
+	"ngrok.dev":            "a tunnel to someone's machine",
+	"ngrok-free.app":       "a tunnel to someone's machine",
+	"ngrok-free.dev":       "a tunnel to someone's machine",
+	"trycloudflare.com":    "a tunnel to someone's machine",
+	"loca.lt":              "a tunnel to someone's machine",
+	"localtunnel.me":       "a tunnel to someone's machine",
+	"serveo.net":           "a tunnel to someone's machine",
+	"localhost.run":        "a tunnel to someone's machine",
+	"lhr.life":             "a tunnel to someone's machine",
+	"pagekite.me":          "a tunnel to someone's machine",
+	"bore.pub":             "a tunnel to someone's machine",
+	"tunnelto.dev":         "a tunnel to someone's machine",
+	"telebit.cloud":        "a tunnel to someone's machine",
+	"devtunnels.ms":        "a tunnel to someone's machine",
+}
+
+// lintAllowlist warns about entries that let the agent reach hosts anyone
+// can run: a wildcard over a suffix shared by many tenants, and services
+// made for dropping or tunnelling data. They are valid, so the session
+// still starts; each line names the entry and says why.
+func lintAllowlist(entries []entry) []string {
+	var out []string
+	for _, e := range entries {
+		if why := exfilService(e); why != "" {
+			out = append(out, fmt.Sprintf("allowlist entry %s: %s; anything the agent sends there, anyone can fetch; remove it unless you need it", e, why))
+			continue
+		}
+		if !e.Wildcard {
+			continue
+		}
+		if why := sharedSuffix(e.Host); why != "" {
+			out = append(out, fmt.Sprintf("allowlist entry %s: the wildcard covers %s, so the agent can send data to a host anyone can set up; name the exact hosts you need instead", e, why))
+		}
+	}
+	return out
+}
+
+// exfilService names the service an entry reaches: the host is one, lies
+// under one, or is a wildcard over one.
+func exfilService(e entry) string {
+	for svc, why := range exfilServices {
+		if under(e.Host, svc) || (e.Wildcard && under(svc, e.Host)) {
+			return fmt.Sprintf("%s (%s)", why, svc)
+		}
+	}
+	return ""
+}
+
+// sharedSuffix says whom a wildcard over host lets in, or "" if no one
+// else: host is, or is a parent of, a multi-tenant suffix.
+func sharedSuffix(host string) string {
+	var names []string
+	for suffix := range multiTenant {
+		if under(suffix, host) {
+			names = append(names, suffix)
+		}
+	}
+	if len(names) > 0 {
+		// The narrowest suffix says it best: *.s3.amazonaws.com is about buckets.
+		sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
+		for _, n := range names {
+			if n == host {
+				return multiTenant[n]
+			}
+		}
+		return multiTenant[names[len(names)-1]] + " and more"
+	}
+	// A name directly under host is, or lies under, a public suffix: a
+	// registry or hosting provider hands out names there.
+	if ps, _ := publicsuffix.PublicSuffix("x." + host); under(ps, host) {
+		return "every name registered under " + host + " (a public suffix)"
+	}
+	return ""
+}
+
+// under reports whether name is domain or a name below it.
+func under(name, domain string) bool {
+	return name == domain || strings.HasSuffix(name, "."+domain)
 }

@@ -158,3 +158,74 @@ func FuzzParseAllowlist(f *testing.F) {
 		}
 	})
 }
+
+// Real host names appear here as data only: nothing resolves or connects.
+func TestLintAllowlist(t *testing.T) {
+	warned := []struct{ line, want string }{
+		{"*.github.io", "every GitHub Pages site"},
+		{"*.workers.dev", "every Cloudflare Worker"},
+		{"*.cloudfront.net", "every CloudFront distribution"},
+		{"*.s3.amazonaws.com", "every S3 bucket"},
+		{"*.amazonaws.com", "every AWS customer's"},
+		{"*.blob.core.windows.net", "every Azure blob container"},
+		{"*.herokuapp.com", "every Heroku app"},
+		{"*.vercel.app", "every Vercel deployment"},
+		{"*.pages.dev", "every Cloudflare Pages site"},
+		{"*.azurewebsites.net", "every Azure web app"},
+		{"*.appspot.com", "every App Engine app"},
+		{"*.netlify.app", "every Netlify site"},
+		{"*.co.uk", "every name registered under co.uk (a public suffix)"},
+		{"*.run.app", "every name registered under run.app (a public suffix)"},
+		{"*.ngrok.io", "a tunnel to someone's machine (ngrok.io)"},
+		{"*.trycloudflare.com", "a tunnel to someone's machine (trycloudflare.com)"},
+		{"*.loca.lt", "a tunnel to someone's machine (loca.lt)"},
+		{"*.serveo.net", "a tunnel to someone's machine (serveo.net)"},
+		{"ngrok.io", "a tunnel to someone's machine"},
+		{"abc123.ngrok-free.app", "a tunnel to someone's machine (ngrok-free.app)"},
+		{"pastebin.com", "a paste service (pastebin.com)"},
+		{"transfer.sh", "a file drop (transfer.sh)"},
+		{"webhook.site", "a request catcher (webhook.site)"},
+		{"requestbin.com", "a request catcher"},
+		{"eo1234.m.pipedream.net", "a request catcher (pipedream.net)"},
+		{"*.oast.fun", "an out-of-band interaction catcher"},
+		{"transfer.sh:2222", "a file drop"},
+	}
+	for _, tc := range warned {
+		e, err := parseEntry(tc.line)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		got := lintAllowlist([]entry{e})
+		if len(got) != 1 {
+			t.Errorf("%s: %d warnings %q, want 1", tc.line, len(got), got)
+			continue
+		}
+		if !strings.Contains(got[0], "allowlist entry "+e.String()+":") || !strings.Contains(got[0], tc.want) {
+			t.Errorf("%s: warning %q, want it to name the entry and say %q", tc.line, got[0], tc.want)
+		}
+	}
+	quiet := []string{
+		"github.com", "*.github.com", "api.github.com", "myorg.github.io", "*.myorg.github.io",
+		"raw.githubusercontent.com", "*.example.com", "bucket.s3.amazonaws.com", "registry.npmjs.org",
+		"*.pythonhosted.org", "github.com:22", "pastebin.example.com", "notngrok.io",
+	}
+	for _, line := range quiet {
+		e, err := parseEntry(line)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if got := lintAllowlist([]entry{e}); len(got) != 0 {
+			t.Errorf("%s: unexpected warnings %q", line, got)
+		}
+	}
+}
+
+func TestDefaultAllowlistLintsClean(t *testing.T) {
+	entries, err := parseAllowlistFrom(strings.NewReader(string(defaultAllowlist)), "allowed-hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lintAllowlist(entries); len(got) != 0 {
+		t.Errorf("the shipped allowlist draws warnings:\n%s", strings.Join(got, "\n"))
+	}
+}

@@ -247,6 +247,9 @@ func prepare(cmd []string) (sessionConfig, error) {
 	if cfg.entries, err = parseAllowlist(allowlist); err != nil {
 		return cfg, err
 	}
+	for _, w := range lintAllowlist(cfg.entries) {
+		warn("%s", w)
+	}
 	cfg.allowlist = allowlist
 	if cfg.upstreamDNS, err = parseAddrList("AGENT_SANDBOX_UPSTREAM_DNS"); err != nil {
 		return cfg, err
@@ -529,7 +532,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}}}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String()}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String(), "HOST_ADDRS": hostAddrs()}
 	return r
 }
 
@@ -548,6 +551,8 @@ func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) 
 	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
 	p.DNSServer = []net.IP{routerIP.AsSlice()}
 	p.NoManageHosts = true
+	// No IPv6 in the pod: link-local would reach podman's rootless netns.
+	p.Sysctl = map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 	p.Userns = userns
 	return p, nil
 }
@@ -741,4 +746,17 @@ func resolvePath(p string, depth int) string {
 		return filepath.Join(next, rest)
 	}
 	return resolved
+}
+
+// hostAddrs lists this machine's addresses for routerd to refuse: slirp4netns
+// and pasta carry a connection to any of them to the host itself.
+func hostAddrs() string {
+	addrs, _ := net.InterfaceAddrs()
+	var out []string
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			out = append(out, ipn.IP.String())
+		}
+	}
+	return strings.Join(out, ",")
 }

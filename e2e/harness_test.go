@@ -124,7 +124,14 @@ func setup() error {
 	return startFake()
 }
 
+// atTeardown runs after every test, before the harness is torn down:
+// rows that print a report at the end of the suite register here.
+var atTeardown []func()
+
 func teardown() {
+	for _, f := range atTeardown {
+		f()
+	}
 	h := &harness
 	if h.fakeStarted {
 		if out, err := podman("rm", "-f", "-t", "2", fakeName); err != nil {

@@ -88,6 +88,9 @@ func (s *dnsServer) answer(req []byte, transport, from string) []byte {
 	for i, q := range qs {
 		ip, known := s.zone.lookup(q.Name.String())
 		s.log.printf("dns %s query name=%q type=%s from=%s known=%t", transport, q.Name.String(), typeName(q.Type), from, known)
+		if _, isIP, refused := s.zone.ipName(canonical(q.Name.String())); isIP && refused {
+			s.log.printf("dns ip-name refused name=%q: not in -ip-allow", q.Name.String())
+		}
 		if i > 0 {
 			continue // one question per message is all real resolvers send
 		}
@@ -100,6 +103,13 @@ func (s *dnsServer) answer(req []byte, transport, from string) []byte {
 			answers = append(answers, dnsmessage.Resource{
 				Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
 				Body:   &dnsmessage.AResource{A: a},
+			})
+		case (q.Type == dnsmessage.TypeHTTPS || q.Type == dnsmessage.TypeSVCB) && q.Class == dnsmessage.ClassINET:
+			// Real fronts publish ECH keys here; the router must never pass
+			// them on, and the suite's controls show they exist upstream.
+			answers = append(answers, dnsmessage.Resource{
+				Header: dnsmessage.ResourceHeader{Name: q.Name, Type: q.Type, Class: dnsmessage.ClassINET, TTL: 5},
+				Body:   echRecord(q.Type),
 			})
 		}
 		// A known name asked for another type gets NODATA: an NXDOMAIN there
@@ -130,7 +140,16 @@ func reply(req dnsmessage.Header, qs []dnsmessage.Question, rcode dnsmessage.RCo
 		return nil
 	}
 	for _, a := range answers {
-		if err := b.AResource(a.Header, *a.Body.(*dnsmessage.AResource)); err != nil {
+		var err error
+		switch body := a.Body.(type) {
+		case *dnsmessage.AResource:
+			err = b.AResource(a.Header, *body)
+		case *dnsmessage.HTTPSResource:
+			err = b.HTTPSResource(a.Header, *body)
+		case *dnsmessage.SVCBResource:
+			err = b.SVCBResource(a.Header, *body)
+		}
+		if err != nil {
 			return nil
 		}
 	}
@@ -148,4 +167,18 @@ func typeName(t dnsmessage.Type) string {
 		return s[4:]
 	}
 	return s
+}
+
+// echConfig is what the fake publishes as ECH keys: not a usable config,
+// only bytes a test can recognise in an answer.
+const echConfig = "asb-e2e-fake-ech-config"
+
+func echRecord(t dnsmessage.Type) dnsmessage.ResourceBody {
+	svcb := dnsmessage.SVCBResource{Priority: 1, Target: dnsmessage.MustNewName(".")}
+	svcb.SetParam(dnsmessage.SVCParamALPN, []byte("\x02h2"))
+	svcb.SetParam(dnsmessage.SVCParamECH, []byte(echConfig))
+	if t == dnsmessage.TypeHTTPS {
+		return &dnsmessage.HTTPSResource{SVCBResource: svcb}
+	}
+	return &svcb
 }

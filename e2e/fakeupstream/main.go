@@ -28,6 +28,23 @@ type options struct {
 	key     string
 	caCert  string
 	caKey   string
+	// The roles below are the security rows' additions; "" turns each off.
+	udpAddr   string // UDP datagram loggers, comma-separated
+	httpAddr  string // plaintext HTTP, comma-separated
+	proxyAddr string // HTTP CONNECT proxies that never dial out, comma-separated
+	// ipNames answers names under this suffix whose first label is
+	// ip-A-B-C-D[-anything] with A.B.C.D, when ipAllow contains it.
+	ipNames string
+	ipAllow string
+	// sniff logs every frame in the network namespace that carries a
+	// nonce and touches a subnet with an address here, or IPv6.
+	sniff bool
+	// sniffIgnore: frames whose source and destination both lie in these
+	// CIDRs are not logged (a session's own traffic to its router).
+	sniffIgnore string
+	// stdinEOF stops the fake when its stdin closes, so that a parent that
+	// cannot signal it (podman unshare) ends it by closing a pipe.
+	stdinEOF bool
 }
 
 func main() {
@@ -41,10 +58,24 @@ func main() {
 	flag.StringVar(&o.key, "key", "", "server key PEM")
 	flag.StringVar(&o.caCert, "ca-cert", "", "CA certificate PEM, to mint certificates for other *.test names")
 	flag.StringVar(&o.caKey, "ca-key", "", "CA key PEM")
+	flag.StringVar(&o.udpAddr, "udp-addr", "", "UDP datagram logger addresses, comma-separated")
+	flag.StringVar(&o.httpAddr, "http-addr", "", "plaintext HTTP addresses, comma-separated")
+	flag.StringVar(&o.proxyAddr, "proxy-addr", "", "HTTP CONNECT proxy addresses (they log and echo, never dial), comma-separated")
+	flag.StringVar(&o.ipNames, "ip-names", "", "answer ip-A-B-C-D[-x].SUFFIX with A.B.C.D (needs -ip-allow)")
+	flag.StringVar(&o.ipAllow, "ip-allow", "", "CIDRs that -ip-names may answer with, comma-separated")
+	flag.BoolVar(&o.sniff, "sniff", false, "log frames carrying a nonce (needs CAP_NET_RAW in the network namespace)")
+	flag.StringVar(&o.sniffIgnore, "sniff-ignore", "", "CIDRs: frames between two addresses in them are not logged")
+	flag.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "stop when stdin closes")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.stdinEOF {
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			stop()
+		}()
+	}
 	if err := run(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "fakeupstream:", err)
 		os.Exit(1)
@@ -77,6 +108,10 @@ type running struct {
 	dnsTCP    net.Listener
 	tls       net.Listener
 	tcp       []net.Listener
+	udp       []net.PacketConn
+	http      []net.Listener
+	proxy     []net.Listener
+	sniffing  bool
 	listeners []io.Closer
 }
 
@@ -89,6 +124,9 @@ func start(o options, log *eventLog) (_ *running, err error) {
 	}()
 	z, err := parseZone(o.zone)
 	if err != nil {
+		return nil, err
+	}
+	if err := z.setIPNames(o.ipNames, o.ipAllow); err != nil {
 		return nil, err
 	}
 	if o.dnsAddr != "" {
@@ -113,8 +151,11 @@ func start(o options, log *eventLog) (_ *running, err error) {
 		r.tcp = append(r.tcp, l)
 		go (&echoServer{log: log}).serve(l)
 	}
+	if err := r.startExtras(o); err != nil {
+		return nil, err
+	}
 	// The suite waits for this line before it sends anything.
-	log.printf("ready dns=%s tls=%s tcp=%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs())
+	log.printf("ready dns=%s tls=%s tcp=%s%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs(), r.extrasString())
 	return r, nil
 }
 

@@ -1,0 +1,679 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSecurity is issue 3: every known way out of the sandbox, each with
+// evidence. A probe of a blocked path passes only when the client failed
+// AND its fresh nonce is in no log: the harness's fake, the security fake,
+// three canary containers outside the allowed upstream range, a canary and
+// a packet sniffer in podman's rootless network namespace (the egress
+// gateway), and canaries of the test on the host's loopback and own
+// address. Each probe kind is also run over a deliberately opened path
+// (an allowlisted name, a wider UPSTREAM_ALLOW, or a plain container on
+// the egress network) and must arrive there, so a blind harness cannot
+// pass. Probes are batched: one main session, one with the canaries'
+// ranges allowed, one control container, one nested-podman session; rows
+// 13 and 14 run their own sessions.
+func TestSecurity(t *testing.T) {
+	env, err := startSecEnv()
+	t.Cleanup(env.close)
+	s := &secSuite{env: env, setupErr: err}
+	registerSecTable()
+	if err == nil {
+		s.runShared(t)
+		secTable.Lock()
+		secTable.header = fmt.Sprintf("fixtures %.1fs; shared: %s", env.setupTime.Seconds(), strings.Join(s.took, ", "))
+		secTable.Unlock()
+	}
+	for _, r := range secRows {
+		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
+			ev := &evidence{}
+			start := time.Now()
+			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
+			if s.setupErr != nil {
+				t.Fatalf("security fixtures failed: %v", s.setupErr)
+			}
+			r.fn(s, t, ev)
+		})
+	}
+}
+
+var secRows = []struct {
+	n     int
+	title string
+	fn    func(*secSuite, *testing.T, *evidence)
+}{
+	{1, "DNS exfiltration: denied names over UDP and TCP, every type, long labels, to the router and the whole session subnet", (*secSuite).row1},
+	{2, "direct IP: TCP 22/80/443 and UDP 53/443 to the fakes, canaries and egress gateway have no route", (*secSuite).row2},
+	{3, "IPv6: no route beyond link-local, curl -6 fails, AAAA empty, link-local reaches nothing", (*secSuite).row3},
+	{4, "UDP, QUIC and ICMP: ping fails, HTTP/3 and UDP datagrams to an allowed name go nowhere", (*secSuite).row4},
+	{5, "SNI tricks at the router: only allowlisted names reach the TLS server", (*secSuite).row5},
+	{6, "HTTPS/SVCB records (ECH keys) are never answered", (*secSuite).row6},
+	{7, "rebinding and SSRF through the router: loopback, egress gateway and canaries outside the allowed range are refused", (*secSuite).row7},
+	{8, "the host: its loopback, its own address and host.containers.internal are unreachable, directly and via the router", (*secSuite).row8},
+	{9, "editing /etc/resolv.conf or /etc/hosts gains nothing", (*secSuite).row9},
+	{10, "raw sockets and new namespaces: no NET_RAW/NET_ADMIN, unshare -Urn with raw or tun sockets leaks nothing", (*secSuite).row10},
+	{11, "nested podman has exactly the agent's egress", (*secSuite).row11},
+	{12, "no podman API socket or host runtime directory is visible inside", (*secSuite).row12},
+	{13, "router and forwarder are invisible; killing either fails closed and ends the session non-zero", (*secSuite).row13},
+	{14, "a router whose config fails to load stops the launch before the agent starts", (*secSuite).row14},
+}
+
+// secSuite holds the shared sessions' probes and results.
+type secSuite struct {
+	env      *secEnv
+	setupErr error
+
+	main, opened, control, nested probeSet
+	mainMark, mainEnd             marks // the logs before and after the main session
+	quietLines                    []string
+	controlNonces                 map[string][]string // probe kind -> nonces sent over opened paths
+	directNonces                  []string            // row 2's, one per host and port
+	edited                        map[string]string   // row 9's names
+	nestedModes                   []string
+	nestedNonces                  map[string]map[string]string // mode -> probe -> nonce
+	took                          []string                     // the shared sessions' times
+}
+
+func (s *secSuite) allowlist(extra ...string) string {
+	p := strconv.Itoa(s.env.hostPort)
+	h := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
+	lines := []string{
+		"# e2e security allowlist",
+		"allowed.test", "*.wild.test", "allowed.test:2222", "*." + rebindSuffix,
+		"ip-127-0-0-1-lo." + rebindSuffix + ":5353 # routerd's own resolver on the router's loopback",
+		"ip-127-0-0-1-hl." + rebindSuffix + ":" + p + " # the host canaries' port on the router's loopback",
+		"ip-10-99-0-1-gw." + rebindSuffix + ":2222 # the egress gateway",
+		"ip-10-99-0-200-c0." + rebindSuffix + ":2222",
+		"ip-172-31-99-20-c1." + rebindSuffix + ":2222",
+		"ip-192-168-99-20-c2." + rebindSuffix + ":2222",
+		"ip-" + h + "-host." + rebindSuffix + ":" + p + " # this machine's own address",
+		"ip-10-99-0-11-dns." + rebindSuffix + ":53 # opened path: DNS over TCP to the fake",
+	}
+	return strings.Join(append(lines, extra...), "\n") + "\n"
+}
+
+func (s *secSuite) sessionEnv(allow string) map[string]string {
+	return map[string]string{
+		"AGENT_SANDBOX_UPSTREAM_DNS":   secFakeIP,
+		"AGENT_SANDBOX_UPSTREAM_ALLOW": allow,
+	}
+}
+
+// runShared runs the batched sessions every row reads.
+func (s *secSuite) runShared(t *testing.T) {
+	s.controlNonces = map[string][]string{}
+	s.buildMain(t)
+	s.buildOpened(t)
+	s.buildControl(t)
+	s.buildNested(t)
+	s.runMain(t)
+	s.runOpened(t)
+	s.runControl(t)
+	s.runNested(t)
+}
+
+func (s *secSuite) runMain(t *testing.T) {
+	s.mainMark = s.env.mark()
+	dir := launchDir(t)
+	writeLaunchFiles(t, dir, s.editedFiles())
+	s.main.res = s.parallelSession(t, "main", &s.main, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 3 * time.Minute})
+	// Nothing in the main session opens a path to a canary: every line a
+	// canary's listener logged meanwhile is a leak, whatever it carried.
+	time.Sleep(300 * time.Millisecond)
+	s.mainEnd = s.env.mark()
+	s.quietLines = s.env.listenerLinesSince(s.mainMark, s.env.canaryNames()...)
+}
+
+func (s *secSuite) runOpened(t *testing.T) {
+	dir := launchDir(t)
+	writeLaunchFiles(t, dir, map[string]string{})
+	wide := secAllow + ",10.99.0.0/24,172.31.99.0/24,192.168.99.0/24"
+	p := strconv.Itoa(s.env.hostPort)
+	s.opened.res = s.parallelSession(t, "opened-path", &s.opened, sessionOpts{Dir: dir,
+		Allowlist: s.allowlist("host.containers.internal", "host.containers.internal:"+p),
+		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute})
+}
+
+func (s *secSuite) runNested(t *testing.T) {
+	dir := launchDir(t)
+	files := map[string]string{}
+	for _, m := range s.nestedModes {
+		files["nested-"+m+".sh"] = probeScript(s.nestedInner(t, m)...)
+	}
+	writeLaunchFiles(t, dir, files)
+	// Not probeSession: the nested containers' own probe reports replace
+	// their outer probe's, which is only seen when a container cannot start.
+	r := runSession(t, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 4 * time.Minute,
+		Cmd: []string{"sh", "-c", probeScript(s.nested.list()...)}})
+	wantCode(t, r, 0)
+	s.took = append(s.took, fmt.Sprintf("nested session %.1fs", r.Elapsed.Seconds()))
+	s.nested.res = parseProbes(r.Stdout)
+	s.nested.ran = len(s.nested.res) > 0
+}
+
+// waitDAD waits until no IPv6 address is tentative: a fresh container's
+// link-local address cannot send until duplicate detection is done.
+const waitDAD = "for i in $(seq 30); do ip -6 addr show dev eth0 | grep -q tentative || break; sleep 0.1; done; "
+
+// parallelSession runs a probe set in one session, several at a time.
+func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o sessionOpts) map[string]probeResult {
+	t.Helper()
+	o.Cmd = []string{"sh", "-c", parallelScript(ps.list(), 32)}
+	r := runSession(t, o)
+	s.took = append(s.took, fmt.Sprintf("%s session %.1fs", name, r.Elapsed.Seconds()))
+	wantCode(t, r, 0)
+	res := parseProbes(r.Stdout)
+	for _, p := range ps.probes {
+		if _, ok := res[p.name]; !ok {
+			t.Errorf("probe %q did not report", p.name)
+		}
+	}
+	ps.ran = len(res) > 0
+	return res
+}
+
+// buildMain is the main session: rows 1-10, 12 and 13's first half.
+func (s *secSuite) buildMain(t *testing.T) {
+	s.mainRow1(t, &s.main)
+	s.mainRow2(t, &s.main)
+	s.mainRow3(t, &s.main)
+	s.mainRow4(t, &s.main)
+	s.mainRow5(t, &s.main)
+	s.mainRow6(t, &s.main)
+	s.mainRow7(t, &s.main)
+	s.mainRow8(t, &s.main)
+	s.mainRow9(t, &s.main)
+	s.mainRow10(t, &s.main)
+	s.mainRow12(t, &s.main)
+	s.mainRow13(t, &s.main)
+}
+
+// mainRow1: DNS exfiltration.
+func (s *secSuite) mainRow1(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
+		for _, tcp := range []string{"", "+tcp"} {
+			nn := n()
+			ps.add(1, "dns router "+typ+" "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+				routerVar+dnsProbe("@$R "+tcp+" "+nn+".denied.test "+typ))
+		}
+	}
+	for _, tcp := range []string{"", "+tcp"} {
+		nn := n()
+		long := nn + strings.Repeat("a", 63-len(nn)) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63)
+		ps.add(1, "dns router long labels "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+			routerVar+dnsProbe("@$R "+tcp+" "+long+".denied.test TXT"))
+	}
+	for _, typ := range []string{"TXT", "MX", "AAAA", "A"} {
+		nn := n()
+		name := nn + ".sub.wild.test"
+		if typ == "A" {
+			// An A query under an allowed wildcard is answered with the
+			// forwarder's loopback address, locally: it must not be
+			// forwarded either.
+			ps.add(1, "dns wildcard "+typ+" answered locally", info, nn, routerVar+"dig +time=2 +tries=1 @$R "+name+" A")
+			continue
+		}
+		ps.add(1, "dns wildcard "+typ+" not forwarded", blocked, nn, routerVar+dnsProbe("@$R +tcp "+name+" "+typ))
+	}
+	nn := n()
+	ps.add(1, "dns sweep of the session subnet", blocked, nn, "python3 -S ./sec.py sweep "+nn)
+	nn = n()
+	ps.add(1, "dns to the fake", blocked, nn, dnsProbe("@"+secFakeIP+" "+nn+".denied.test A"))
+}
+
+// mainRow2: direct IP.
+func (s *secSuite) mainRow2(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	specs, nonces := directSpecs(t, directTargets()...)
+	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, "", "python3 -S ./sec.py direct "+specs)
+	s.directNonces = nonces
+	for _, dst := range []string{egressGW, secFakeIP} {
+		nn := n()
+		ps.add(2, "udp with MSG_DONTROUTE to "+dst, blocked, nn, "python3 -S ./sec.py send udp "+dst+" 443 "+nn+" dontroute")
+	}
+	ps.add(2, "routes", info, "", "ip -4 route; echo; ip route get "+secFakeIP+" 2>&1; ip route get "+egressGW+" 2>&1; true")
+}
+
+// mainRow3: IPv6.
+func (s *secSuite) mainRow3(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	p := strconv.Itoa(s.env.hostPort)
+	var nn string
+	ps.add(3, "ipv6 routes and addresses", info, "", "ip -6 route; echo; ip -6 -br addr; true")
+	nn = n()
+	ps.add(3, "curl -6 to an allowed name", blocked, nn, curlHTTPS("allowed.test", nn)+" -6")
+	ps.add(3, "aaaa of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test AAAA")
+	nn = n()
+	ps.add(3, "aaaa under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test AAAA"))
+	for _, ip6 := range s.env.hostIPs[1:] {
+		nn = n()
+		ps.add(3, "tcp to the machine's IPv6 address "+ip6, blocked, nn, "python3 -S ./sec.py send tcp "+ip6+" "+p+" "+nn)
+	}
+	nn = n()
+	ps.add(3, "udp to every link-local node (ff02::1, ff02::2)", blocked, nn, waitDAD+"python3 -S ./sec.py ll6 443 "+nn)
+}
+
+// mainRow4: UDP, QUIC, ICMP.
+func (s *secSuite) mainRow4(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	for _, dst := range []string{"$R", secFakeIP, egressGW} {
+		nn = n()
+		ps.add(4, "ping "+dst, blocked, nn, routerVar+"ping -c1 -W2 -p "+pingPattern(nn)+" "+dst)
+	}
+	nn = n()
+	ps.add(4, "http3 to an allowed wildcard name", blocked, nn, "curl --http3-only -sS --max-time 5 --cacert ./ca.pem https://"+nn+".wild.test/"+nn)
+	nn = n()
+	ps.add(4, "udp 443 to an allowed name's address", blocked, nn, "python3 -S ./sec.py send udp $(getent hosts allowed.test | cut -d' ' -f1) 443 "+nn)
+	nn = n()
+	ps.add(4, "udp 443 to the fake", blocked, nn, "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn)
+}
+
+// mainRow5: SNI tricks, all at the forwarder (127.0.0.1:443).
+func (s *secSuite) mainRow5(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	for _, h := range []struct{ name, args string }{
+		{"no sni", "--alpn %s"},
+		{"denied sni", "--sni %s.denied.test"},
+		{"ip-literal sni", "--sni " + secFakeIP + " --alpn %s"},
+		{"sni with a port", "--sni allowed.test:2222 --alpn %s"},
+		{"sni with a NUL", `--sni 'allowed.test\0.%s.denied.test'`},
+		{"oversized hello, denied sni first", "--pad 20000 --sni %s.denied.test"},
+		{"oversized hello, allowed sni after 20 kB", "--pad 20000 --sni-last --sni allowed.test --alpn %s"},
+	} {
+		nn = n()
+		ps.add(5, h.name, blocked, nn, "python3 -S ./sec.py hello 127.0.0.1 443 "+strings.ReplaceAll(h.args, "%s", nn))
+	}
+	nn = n()
+	ps.add(5, "denied sni with curl", blocked, nn, "curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".denied.test:443:127.0.0.1 https://"+nn+".denied.test/"+nn)
+	nn = n()
+	ps.add(5, "mixed-case sni of an allowed name", arrives, nn, "python3 -S ./sec.py https 127.0.0.1 443 AlLoWeD.TeSt 'GET /"+nn+" HTTP/1.1' AlLoWeD.TeSt")
+	nn = n()
+	ps.add(5, "trailing dot of an allowed name (curl)", arrives, nn, "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test./"+nn)
+	nn = n()
+	ps.add(5, "trailing-dot sni (raw hello)", allowedHostOnly, nn, "python3 -S ./sec.py hello 127.0.0.1 443 --sni allowed.test. --alpn "+nn)
+	nn = n()
+	ps.add(5, "allowed sni, then CONNECT to another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'CONNECT "+nn+".denied.test:443 HTTP/1.1' "+nn+".denied.test:443")
+	nn = n()
+	ps.add(5, "allowed sni, then Host of another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'GET /x HTTP/1.1' "+nn+".denied.test")
+}
+
+// mainRow6: HTTPS and SVCB records.
+func (s *secSuite) mainRow6(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	ps.add(6, "https record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test HTTPS")
+	ps.add(6, "svcb record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R +tcp allowed.test SVCB")
+	nn = n()
+	ps.add(6, "https record under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test TYPE65"))
+	nn = n()
+	ps.add(6, "svcb record under an allowed wildcard over tcp", blocked, nn, routerVar+dnsProbe("@$R +tcp "+nn+".wild.test SVCB"))
+}
+
+// mainRow7: rebinding and SSRF through the router.
+func (s *secSuite) mainRow7(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	for _, tgt := range []string{"127.0.0.1", egressGW, "10.99.0.200", "172.31.99.20", "192.168.99.20"} {
+		nn = n()
+		name := "ip-" + strings.ReplaceAll(tgt, ".", "-") + "-" + nn + "." + rebindSuffix
+		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, nn, curlHTTPS(name, nn))
+	}
+	for _, tgt := range []struct{ name, label string }{
+		{"egress gateway", "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
+		{"172.31.99.20", "ip-172-31-99-20-c1"}, {"192.168.99.20", "ip-192-168-99-20-c2"},
+	} {
+		nn = n()
+		ps.add(7, "tcp port entry rebound to "+tgt.name, blocked, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
+	}
+	nn = n()
+	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, nn,
+		dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	nn = n()
+	ps.add(7, "opened path: dns over a port entry to the fake", arrives, nn,
+		dnsProbe("+tcp -p 53 @ip-10-99-0-11-dns."+rebindSuffix+" "+nn+".wild.test A"))
+	nn = n()
+	ps.add(7, "opened path: https via a name rebound to the fake", arrives, nn, curlHTTPS("ip-10-99-0-11-"+nn+"."+rebindSuffix, nn))
+}
+
+// mainRow8: the host.
+func (s *secSuite) mainRow8(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
+	p := strconv.Itoa(s.env.hostPort)
+	var nn string
+	ps.add(8, "host.containers.internal does not resolve", info, "", "getent hosts host.containers.internal")
+	nn = n()
+	ps.add(8, "http to host.containers.internal", blocked, nn, "curl -sS --max-time 5 http://host.containers.internal:"+p+"/"+nn)
+	for _, ip := range s.env.hostIPs {
+		for _, proto := range []string{"tcp", "udp"} {
+			nn = n()
+			ps.add(8, proto+" to the machine's address "+ip, blocked, nn, "python3 -S ./sec.py send "+proto+" "+ip+" "+p+" "+nn)
+		}
+	}
+	for _, proto := range []string{"tcp", "udp"} {
+		nn = n()
+		ps.add(8, proto+" to 127.0.0.1 on the canaries' port", blocked, nn, "python3 -S ./sec.py send "+proto+" 127.0.0.1 "+p+" "+nn)
+	}
+	nn = n()
+	ps.add(8, "tcp port entry rebound to the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	nn = n()
+	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, nn, curlHTTPS("ip-"+hostDash+"-"+nn+"."+rebindSuffix, nn))
+	nn = n()
+	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
+}
+
+// mainRow9: edited resolv.conf and hosts.
+func (s *secSuite) mainRow9(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	ps.add(9, "write /etc/resolv.conf and /etc/hosts", info, "", "echo 'nameserver "+secFakeIP+"' >> /etc/resolv.conf; r=$?; echo '"+secFakeIP+" allowed.test' >> /etc/hosts; h=$?; [ $r = 0 ] || [ $h = 0 ]")
+	s.edited = map[string]string{}
+	for _, pr := range []struct{ name, shell string }{
+		{"edited: getent a denied name", "getent hosts %s.denied.test"},
+		{"edited: dig a denied name", "dig +time=1 +tries=1 %s.denied.test TXT | grep -q 'ANSWER: [1-9]'"},
+		{"edited: curl allowed.test now mapped to the fake", "curl -sS --max-time 5 --cacert ./ca.pem https://allowed.test/%s"},
+		{"edited: curl a denied name mapped to the forwarder", "curl -sS --max-time 5 --cacert ./ca.pem https://hosts-%s.denied.test/%s"},
+		{"edited: udp to the new nameservers", "python3 -S ./sec.py send udp " + secFakeIP + " 53 %s && python3 -S ./sec.py send udp " + egressGW + " 53 %s-gw"},
+	} {
+		nn = n()
+		if strings.Contains(pr.name, "mapped to the forwarder") {
+			s.edited["hostsname"] = "hosts-" + nn + ".denied.test"
+		}
+		ps.add(9, pr.name, blocked, nn, "sh ./edited.sh sh -c "+shellQuote(strings.ReplaceAll(pr.shell, "%s", nn)))
+	}
+	nn = n()
+	ps.add(9, "edited: the allowed path still works (self-check)", arrives, nn,
+		"sh ./edited.sh curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".wild.test:443:127.0.0.1 https://"+nn+".wild.test/"+nn)
+}
+
+// mainRow10: capabilities, raw and tun sockets, new namespaces.
+func (s *secSuite) mainRow10(t *testing.T, ps *probeSet) {
+	n := func() string { return newNonce(t) }
+	var nn string
+	ps.add(10, "capabilities", info, "", "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; capsh --print | head -3")
+	ps.add(10, "raw sockets in the pod", blocked, "", "python3 -S ./sec.py rawsock")
+	ps.add(10, "tun device in the pod", blocked, "", "python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: raw sockets in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py rawsock")
+	ps.add(10, "unshare -Ur: tun in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: add a route", blocked, "", "unshare -Ur ip route add "+secFakeIP+"/32 dev eth0")
+	nn = n()
+	ps.add(10, "unshare -Urn: raw packet to the fake", blocked, nn,
+		"unshare -Urn sh -c 'ip link set lo up && python3 -S ./sec.py rawsock && python3 -S ./sec.py rawsend "+secFakeIP+" 443 "+nn+"'")
+	nn = n()
+	ps.add(10, "unshare -Urn: tun device routed to the egress subnet", blocked, nn,
+		"unshare -Urn sh -c 'ip tuntap add asbtun0 mode tun && ip link set asbtun0 up && ip addr add 10.99.0.77/24 dev asbtun0 && "+
+			"python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn+"'")
+}
+
+// mainRow12: sockets and runtime dirs.
+func (s *secSuite) mainRow12(_ *testing.T, ps *probeSet) {
+	ps.add(12, "sockets", info, "", "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true")
+	ps.add(12, "runtime dirs and env", info, "",
+		"ls -d /run/user/* /run/podman /var/run/docker.sock /run/containers 2>&1; env | grep -E '^(XDG_RUNTIME_DIR|DOCKER_HOST|CONTAINER_HOST|CONTAINER_CONNECTION)=' ; "+
+			"grep -cE 'podman\\.sock|agent-sandbox-[0-9]+-[0-9]+-api' /proc/self/mountinfo; true")
+}
+
+// mainRow13: what the agent sees of the helpers.
+func (s *secSuite) mainRow13(_ *testing.T, ps *probeSet) {
+	ps.add(13, "processes", info, "", "ps -eo pid,user,comm")
+}
+
+// editedFiles are row 9's replacement resolver and hosts files, and the
+// wrapper that puts them in place the only way the agent can: in a user
+// and mount namespace of its own (the real files are not writable).
+func (s *secSuite) editedFiles() map[string]string {
+	return map[string]string{
+		"resolv.edited": "nameserver " + secFakeIP + "\nnameserver " + egressGW + "\noptions timeout:1 attempts:1\n",
+		"hosts.edited":  secFakeIP + " allowed.test\n127.0.0.1 " + s.edited["hostsname"] + "\n",
+		"edited.sh": `#!/bin/sh
+# Runs "$@" with /etc/resolv.conf and /etc/hosts replaced.
+exec unshare -Urm sh -c 'mount --bind ./resolv.edited /etc/resolv.conf && mount --bind ./hosts.edited /etc/hosts && exec "$@"' sh "$@"
+`,
+	}
+}
+
+// buildOpened is the session whose UPSTREAM_ALLOW names the canaries'
+// ranges: the same rebinding probes must now arrive (the self-check of
+// row 7), and the always-refused targets must still be refused.
+func (s *secSuite) buildOpened(t *testing.T) {
+	ps := &s.opened
+	n := func() string { return newNonce(t) }
+	p := strconv.Itoa(s.env.hostPort)
+	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
+	for _, tgt := range []string{"10.99.0.200", "172.31.99.20", "192.168.99.20"} {
+		nn := n()
+		ps.add(7, "opened: https via a name rebound to "+tgt, arrives, nn, curlHTTPS("ip-"+strings.ReplaceAll(tgt, ".", "-")+"-"+nn+"."+rebindSuffix, nn))
+	}
+	for _, label := range []string{"ip-10-99-0-200-c0", "ip-172-31-99-20-c1", "ip-192-168-99-20-c2"} {
+		nn := n()
+		ps.add(7, "opened: tcp port entry "+label, arrives, nn, tcpEcho(label+"."+rebindSuffix, "2222", nn))
+	}
+	nn := n()
+	ps.add(7, "still refused with the egress subnet allowed: the gateway", blocked, nn, tcpEcho("ip-10-99-0-1-gw."+rebindSuffix, "2222", nn))
+	nn = n()
+	ps.add(7, "still refused: the router's loopback resolver", blocked, nn, dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	nn = n()
+	ps.add(8, "still refused: the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	ps.add(8, "allowlisted host.containers.internal resolves to the forwarder", info, "", "getent hosts host.containers.internal")
+	nn = n()
+	ps.add(8, "allowlisted host.containers.internal:port via the router", blocked, nn, tcpEcho("host.containers.internal", p, nn))
+	nn = n()
+	ps.add(8, "allowlisted host.containers.internal via the router (TLS)", blocked, nn, "curl -sS --max-time 10 -k https://host.containers.internal/"+nn)
+}
+
+// buildControl is the opened path of every direct probe kind: a plain
+// container on the egress network (root, with NET_RAW) sends each kind to
+// the fakes, the canaries, the gateway and the host, and each must arrive.
+func (s *secSuite) buildControl(t *testing.T) {
+	ps := &s.control
+	n := func() string { return newNonce(t) }
+	kinds := s.controlNonces
+	add := func(kind, name, shell string, nonces ...string) {
+		kinds[kind] = append(kinds[kind], nonces...)
+		ps.add(0, name, info, "", shell)
+	}
+	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
+		for _, tcp := range []string{"", "+tcp"} {
+			nn := n()
+			add("dns", "dns "+typ+tcp, "dig +time=2 +tries=1 @"+secFakeIP+" "+tcp+" "+nn+".denied.test "+typ, nn)
+		}
+	}
+	nn := n()
+	long := nn + strings.Repeat("a", 63-len(nn)) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63)
+	add("dns", "dns long", "dig +time=2 +tries=1 @"+secFakeIP+" "+long+".denied.test TXT", nn)
+	specs, nonces := directSpecs(t, directTargets()...)
+	add("direct", "direct", "python3 -S ./sec.py direct "+specs+"; true", nonces...)
+	nn = n()
+	add("ll6", "ll6", waitDAD+"python3 -S ./sec.py ll6 443 "+nn, nn)
+	nn = n()
+	add("ping", "ping", "ping -c2 -W2 -p "+pingPattern(nn)+" "+secFakeIP, nn)
+	nn = n()
+	add("udp443", "udp443", "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn, nn)
+	for _, h := range []string{"--alpn %s", "--sni %s.denied.test", "--sni " + secFakeIP + " --alpn %s", "--sni allowed.test:2222 --alpn %s",
+		`--sni 'allowed.test\0.%s.denied.test'`, "--pad 20000 --sni %s.denied.test", "--pad 20000 --sni-last --sni allowed.test --alpn %s"} {
+		nn = n()
+		add("hello", "hello "+h, "python3 -S ./sec.py hello "+secFakeIP+" 443 "+strings.ReplaceAll(h, "%s", nn)+"; true", nn)
+	}
+	nn = n()
+	add("https-record", "https record", "dig +time=2 +tries=1 @"+secFakeIP+" "+nn+".wild.test HTTPS", nn)
+	// The egress network has no IPv6: its IPv6 canaries are checked from
+	// the host (runControl).
+	for _, ip := range s.env.hostIPs {
+		if strings.Contains(ip, ":") {
+			continue
+		}
+		for _, proto := range []string{"tcp", "udp"} {
+			nn = n()
+			add("host", "host "+proto+" "+ip, "python3 -S ./sec.py send "+proto+" "+ip+" "+strconv.Itoa(s.env.hostPort)+" "+nn, nn)
+		}
+	}
+	for _, dst := range []string{egressGW, "10.99.0.200", "172.31.99.20", "192.168.99.20"} {
+		nn = n()
+		add("canary", "canary tcp "+dst, tcpEcho(dst, "2222", nn), nn)
+	}
+	nn = n()
+	add("raw", "raw packet", "python3 -S ./sec.py rawsend "+secFakeIP+" 443 "+nn, nn)
+}
+
+func (s *secSuite) runControl(t *testing.T) {
+	dir := launchDir(t)
+	writeLaunchFiles(t, dir, map[string]string{})
+	cstart := time.Now()
+	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", egressNet,
+		"--dns", secFakeIP, "--user", "0", "--cap-add", "NET_RAW", "-v", dir+":/w", "-w", "/w",
+		"--entrypoint", "sh", harness.sandboxImage, "-c", parallelScript(s.control.list(), 12))
+	if err != nil {
+		t.Errorf("control container: %v\n%s", err, out)
+	}
+	s.took = append(s.took, fmt.Sprintf("control container %.1fs", time.Since(cstart).Seconds()))
+	s.control.res = parseProbes(out)
+	s.control.ran = len(s.control.res) > 0
+	// The host canaries on loopback (and IPv6) are only reachable from the host.
+	local := []string{"127.0.0.1", "::1"}
+	for _, ip := range s.env.hostIPs {
+		if strings.Contains(ip, ":") {
+			local = append(local, ip)
+		}
+	}
+	for _, addr := range local {
+		nn := newNonce(t)
+		s.controlNonces["host-loopback"] = append(s.controlNonces["host-loopback"], nn)
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(s.env.hostPort)), 2*time.Second); err == nil {
+			_, _ = c.Write([]byte(nn + "\n"))
+			buf := make([]byte, 64)
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, _ = c.Read(buf)
+			c.Close()
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	t.Logf("control container:\n%s", indent(out))
+}
+
+// buildNested is row 11: rootless podman inside the sandbox, from an image
+// made there from scratch (the sandbox's /usr is bind-mounted in), with its
+// default network, --network host, and a private network namespace.
+func (s *secSuite) buildNested(t *testing.T) {
+	s.nestedModes = []string{"default", "host", "slirp4netns"}
+	s.nestedNonces = map[string]map[string]string{}
+	ps := &s.nested
+	ps.add(11, "build a nested image offline", info, "",
+		`set -e; rm -rf /tmp/rootfs; mkdir -p /tmp/rootfs; cd /tmp/rootfs; mkdir -p usr etc tmp proc sys dev run var/tmp
+ln -s usr/bin bin; ln -s usr/sbin sbin; ln -s usr/lib lib; ln -s usr/lib64 lib64
+tar -cf /tmp/nested.tar .; cd - >/dev/null; podman import -q /tmp/nested.tar localhost/asb-nested:test`)
+	ps.add(11, "the agent's own address", info, "", "ip -4 -o addr show eth0")
+	for _, m := range s.nestedModes {
+		net := ""
+		if m != "default" {
+			net = "--network " + m + " "
+		}
+		ps.add(11, "nested "+m, info, "", "podman run --rm "+net+`-v /usr:/usr:ro -v "$PWD:$PWD" -w "$PWD" localhost/asb-nested:test sh ./nested-`+m+".sh")
+	}
+}
+
+// nestedInner is what runs inside the nested container of one mode.
+func (s *secSuite) nestedInner(t *testing.T, mode string) []probe {
+	nonces := map[string]string{}
+	s.nestedNonces[mode] = nonces
+	mk := func(k string) string {
+		nn := newNonce(t)
+		nonces[k] = nn
+		return nn
+	}
+	pre := mode + ": "
+	dnsA, dnsTXT, allowed := mk("dns A"), mk("dns TXT tcp"), mk("allowed")
+	var specs []string
+	for _, h := range []string{secFakeIP, egressGW, "10.99.0.200"} {
+		for _, pp := range []string{"tcp|22", "tcp|443", "udp|53", "udp|443"} {
+			proto, port, _ := strings.Cut(pp, "|")
+			k := "direct " + proto + " " + h + ":" + port
+			specs = append(specs, shellQuote(proto+"|"+h+"|"+port+"|"+mk(k)))
+		}
+	}
+	return []probe{
+		{pre + "started", "id -u; ip -4 -o addr show eth0"},
+		{pre + "dns A", routerVar + dnsProbe("@$R "+dnsA+".denied.test A")},
+		{pre + "dns TXT tcp", routerVar + dnsProbe("@$R +tcp "+dnsTXT+".denied.test TXT")},
+		{pre + "direct", "python3 -S ./sec.py direct " + strings.Join(specs, " ")},
+		{pre + "raw sockets", "python3 -S ./sec.py rawsock"},
+		{pre + "allowed", curlHTTPS(allowed+".wild.test", allowed)},
+	}
+}
+
+// Regexps the rows read outputs with.
+var (
+	capLine = regexp.MustCompile(`(?m)^(Cap\w+):\s+([0-9a-f]+)$`)
+)
+
+func capBits(out, field string) (uint64, bool) {
+	for _, m := range capLine.FindAllStringSubmatch(out, -1) {
+		if m[1] == field {
+			v, err := strconv.ParseUint(m[2], 16, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// secTable is the report printed after the whole suite.
+var secTable struct {
+	sync.Mutex
+	header string
+	rows   []string
+	once   sync.Once
+}
+
+func registerSecTable() {
+	secTable.once.Do(func() {
+		atTeardown = append(atTeardown, printSecTable)
+	})
+}
+
+func recordSecRow(n int, title string, t *testing.T, ev *evidence, took time.Duration) {
+	result := "PASS"
+	switch {
+	case t.Skipped():
+		result = "SKIP"
+	case t.Failed():
+		result = "FAIL"
+	}
+	e := ev.String()
+	if t.Failed() {
+		e = "see the row's errors above; " + e
+	}
+	secTable.Lock()
+	defer secTable.Unlock()
+	secTable.rows = append(secTable.rows, fmt.Sprintf("%2d  %-4s  %5.1fs  %s\n              evidence: %s", n, result, took.Seconds(), title, e))
+}
+
+func printSecTable() {
+	secTable.Lock()
+	defer secTable.Unlock()
+	if len(secTable.rows) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.WriteString("\n=== security rows (issue 3): row, result, time, check, evidence ===\n")
+	if secTable.header != "" {
+		b.WriteString(secTable.header + "\n")
+	}
+	for _, r := range secTable.rows {
+		b.WriteString(r + "\n")
+	}
+	fmt.Print(b.String())
+}
