@@ -139,6 +139,14 @@ func editCommand(name string, args []string, edit editFunc) int {
 	for _, m := range msgs {
 		warn("%s", m)
 	}
+	if name == "allow" {
+		// The moment of adding a risky host is when the warning helps;
+		// the arguments parsed inside editAllowlist already.
+		entries, _ := parseHostArgs(args)
+		for _, w := range lintAllowlist(entries) {
+			warn("%s", w)
+		}
+	}
 	return 0
 }
 

@@ -463,3 +463,19 @@ func TestAllowDenyHostsDoctorHaveHelpWithExamples(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowWarnsAboutRiskyHostsButAddsThem(t *testing.T) {
+	path := userCommandEnv(t)
+	stderr := captureStderr(t)
+	if code, _ := runUserCommand(t, "allow", "*.workers.dev", "api.example.com"); code != 0 {
+		t.Fatalf("allow exit %d", code)
+	}
+	msg := stderr()
+	if !strings.Contains(msg, "agent-sandbox: allowlist entry *.workers.dev:") || strings.Contains(msg, "entry api.example.com") {
+		t.Errorf("stderr should warn about *.workers.dev only:\n%s", msg)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), "\n*.workers.dev") {
+		t.Errorf("a warned entry is still added; allowlist:\n%s", b)
+	}
+}

@@ -286,6 +286,41 @@ func checkSubIDs(env doctorEnv, file, kind string) checkResult {
 	return checkPassed(what, fmt.Sprintf("%d for %s in %s", total, env.userName, file))
 }
 
+// subordinateIDsMissing is the launcher's own check of the ranges, run
+// before anything is created: without them podman still starts, with a
+// single id, and only fails later on an image's files with an error that
+// does not name the fix.
+func subordinateIDsMissing(readFile func(string) ([]byte, error), uid int) error {
+	if uid == 0 {
+		return nil
+	}
+	// Ranges may come from NSS (sssd, LDAP) rather than the files; then
+	// only podman can tell, so the launcher does not second-guess it.
+	if b, err := readFile("/etc/nsswitch.conf"); err == nil && nsswitchHasSubid(string(b)) {
+		return nil
+	}
+	name := strconv.Itoa(uid)
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	env := doctorEnv{readFile: readFile, uid: uid, userName: name}
+	for _, r := range []checkResult{checkSubIDs(env, "/etc/subuid", "uids"), checkSubIDs(env, "/etc/subgid", "gids")} {
+		if !r.ok() {
+			return fmt.Errorf("%s: %s; rootless podman needs a range: %s", r.what, r.problem, r.fix)
+		}
+	}
+	return nil
+}
+
+func nsswitchHasSubid(conf string) bool {
+	for _, line := range strings.Split(conf, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "subid:" {
+			return true
+		}
+	}
+	return false
+}
+
 // checkDevice checks a device the agent's nested containers need.
 func checkDevice(env doctorEnv, path, module string) checkResult {
 	fi, err := env.stat(path)

@@ -389,3 +389,43 @@ func TestDoctorExitCodeOfRealCommand(t *testing.T) {
 		t.Fatal("a plain error has an exit code")
 	}
 }
+
+func TestSubordinateIDsMissing(t *testing.T) {
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(name string) ([]byte, error) {
+			if s, ok := m[name]; ok {
+				return []byte(s), nil
+			}
+			return nil, fs.ErrNotExist
+		}
+	}
+	const uid = 4242 // in no passwd file, so matched by number
+	cases := []struct {
+		name  string
+		files map[string]string
+		uid   int
+		want  string // "" means no error
+	}{
+		{"both ranges", map[string]string{"/etc/subuid": "4242:100000:65536\n", "/etc/subgid": "4242:100000:65536\n"}, uid, ""},
+		{"no subuid file", map[string]string{"/etc/subgid": "4242:100000:65536\n"}, uid, "/etc/subuid has no range for 4242"},
+		{"other users only", map[string]string{"/etc/subuid": "alice:100000:65536\n", "/etc/subgid": "alice:100000:65536\n"}, uid,
+			"sudo usermod --add-subuids 165536-231071 4242"},
+		{"no subgid range", map[string]string{"/etc/subuid": "4242:100000:65536\n", "/etc/subgid": ""}, uid, "/etc/subgid has no range"},
+		{"too small", map[string]string{"/etc/subuid": "4242:100000:1000\n", "/etc/subgid": "4242:100000:65536\n"}, uid, "images need 65536"},
+		{"ranges from nss", map[string]string{"/etc/nsswitch.conf": "passwd: files\nsubid: sss\n"}, uid, ""},
+		{"root needs none", map[string]string{}, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := subordinateIDsMissing(files(c.files), c.uid)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.want != "" && err == nil:
+				t.Fatalf("no error, want one containing %q", c.want)
+			case c.want != "" && !strings.Contains(err.Error(), c.want):
+				t.Fatalf("error %q lacks %q", err, c.want)
+			}
+		})
+	}
+}

@@ -120,7 +120,7 @@ func (podmanEngine) NetworkRemove(ctx context.Context, name string) error {
 
 func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
 	if ok, err := volumes.Exists(ctx, name, nil); err == nil && ok {
-		return nil
+		return checkVolumeIsOurs(ctx, name)
 	}
 	_, err := volumes.Create(ctx, entities.VolumeCreateOptions{Name: name, Labels: labels}, nil)
 	if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -130,6 +130,45 @@ func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[st
 		return fmt.Errorf("create volume %s: %w", name, err)
 	}
 	return nil
+}
+
+// volumeNotOurs means a volume of the home volume's name exists that
+// agent-sandbox did not create: the agent would read and write someone
+// else's data.
+type volumeNotOurs struct {
+	name  string
+	users []string
+}
+
+func (v volumeNotOurs) Error() string {
+	used := "no container uses it"
+	if len(v.users) > 0 {
+		used = "used by " + strings.Join(v.users, ", ")
+	}
+	return fmt.Sprintf("volume %s exists but agent-sandbox did not create it (%s): set AGENT_SANDBOX_HOME_VOLUME to another name, "+
+		"or remove it with `podman volume rm %s` if nothing needs its data", v.name, used, v.name)
+}
+
+func checkVolumeIsOurs(ctx context.Context, name string) error {
+	v, err := volumes.Inspect(ctx, name, nil)
+	if err != nil {
+		return fmt.Errorf("inspect volume %s: %w", name, err)
+	}
+	if v.Labels[labelShared] == "true" {
+		return nil
+	}
+	cs, err := containers.List(ctx, new(containers.ListOptions).WithAll(true).
+		WithFilters(map[string][]string{"volume": {name}}))
+	if err != nil {
+		return fmt.Errorf("list the users of volume %s: %w", name, err)
+	}
+	users := make([]string, 0, len(cs))
+	for _, c := range cs {
+		if len(c.Names) > 0 {
+			users = append(users, c.Names[0])
+		}
+	}
+	return volumeNotOurs{name, users}
 }
 
 func (podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {

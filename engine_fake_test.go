@@ -32,6 +32,8 @@ type fakeEngine struct {
 	missingImages map[string]bool
 	// logs are containers' logs; any other container logs a fake line.
 	logs map[string]string
+	// foreignVolumes exist without agent-sandbox's label, with these users.
+	foreignVolumes map[string][]string
 	// labelled is what ListLabelled returns.
 	labelled []labelledObject
 
@@ -80,7 +82,13 @@ func (f *fakeEngine) NetworkRemove(_ context.Context, name string) error {
 }
 
 func (f *fakeEngine) VolumeCreate(_ context.Context, name string, _ map[string]string) error {
-	return f.record("VolumeCreate", name)
+	if err := f.record("VolumeCreate", name); err != nil {
+		return err
+	}
+	if users, ok := f.foreignVolumes[name]; ok {
+		return volumeNotOurs{name, users}
+	}
+	return nil
 }
 
 func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator) error {

@@ -22,11 +22,17 @@ import (
 )
 
 const (
+	// egressNet is the bridge that routers of all sessions share to reach
+	// out; AGENT_SANDBOX_EGRESS_NETWORK names another, for a machine where
+	// podman's default subnets collide with the user's own.
 	egressNet = "agent-sandbox-egress"
 	// labelSession marks every object of a session, so that listing and
 	// cleanup touch only ours; labelOwner is the launcher (see ownerID).
 	labelSession = "agent-sandbox.session"
 	labelOwner   = "agent-sandbox.owner"
+	// labelShared marks what sessions share (the egress network, the home
+	// volume): gc leaves it alone, and a volume without it is not ours.
+	labelShared = "agent-sandbox.shared"
 	// teardownTimeout bounds cleanup after a signal or an error.
 	teardownTimeout = 30 * time.Second
 	// agentStopTimeout is how long the agent gets to exit on its own.
@@ -71,6 +77,14 @@ type sessionConfig struct {
 	tty           bool
 	upstreamDNS   string
 	upstreamAllow string
+	egress        string // the shared egress network; "" for egressNet
+}
+
+func (c sessionConfig) egressNetwork() string {
+	if c.egress == "" {
+		return egressNet
+	}
+	return c.egress
 }
 
 // launchArgs are the launcher's own leading options and the agent command.
@@ -230,6 +244,9 @@ func gc(ctx context.Context, out io.Writer) int {
 // session. Nothing is created in podman before it succeeds.
 func prepare(cmd []string) (sessionConfig, error) {
 	cfg := sessionConfig{cmd: cmd}
+	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
+		return cfg, err
+	}
 	pwd, err := os.Getwd()
 	if err != nil {
 		return cfg, fmt.Errorf("cannot find the current directory: %w", err)
@@ -257,6 +274,7 @@ func prepare(cmd []string) (sessionConfig, error) {
 	if cfg.upstreamAllow, err = parsePrefixList("AGENT_SANDBOX_UPSTREAM_ALLOW"); err != nil {
 		return cfg, err
 	}
+	cfg.egress = os.Getenv("AGENT_SANDBOX_EGRESS_NETWORK")
 	cfg.launchDir = pwd
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	cfg.name = fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
@@ -324,6 +342,7 @@ func namesFor(session string) sessionNames {
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	image, routerImage := imageNames()
 	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
+	egress := cfg.egressNetwork()
 	names := namesFor(cfg.name)
 	labels := sessionLabels(cfg.name)
 	labels[labelDir] = cfg.launchDir
@@ -366,11 +385,17 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		}
 	}
 
-	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egressNet, Driver: "bridge", DNSEnabled: true,
-		Labels: map[string]string{"agent-sandbox.shared": "true"}}, true); err != nil {
+	// The home volume first: a volume of that name that is not ours
+	// refuses the session before anything is created.
+	if err := eng.VolumeCreate(ctx, homeVolume, map[string]string{labelShared: "true"}); err != nil {
+		if errors.As(err, new(volumeNotOurs)) {
+			warn("%v", err)
+			return exitRefused
+		}
 		return fail(err)
 	}
-	if err := eng.VolumeCreate(ctx, homeVolume, map[string]string{"agent-sandbox.shared": "true"}); err != nil {
+	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egress, Driver: "bridge", DNSEnabled: true,
+		Labels: map[string]string{labelShared: "true"}}, true); err != nil {
 		return fail(err)
 	}
 	n, err := eng.NetworkCreate(ctx, &types.Network{Name: names.session, Driver: "bridge", Internal: true, Labels: labels}, false)
@@ -527,8 +552,8 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	r.Init = ptr(true)
 	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
 	r.Networks = map[string]types.PerNetworkOptions{
-		names.session: {StaticIPs: []net.IP{routerIP.AsSlice()}},
-		egressNet:     {},
+		names.session:       {StaticIPs: []net.IP{routerIP.AsSlice()}},
+		cfg.egressNetwork(): {},
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}}}

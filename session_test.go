@@ -38,8 +38,8 @@ var (
 	setupCalls = []string{
 		"ImageExists localhost/agent-sandbox:dev",
 		"ImageExists localhost/agent-sandbox-router:dev",
-		"NetworkCreate agent-sandbox-egress",
 		"VolumeCreate agent-sandbox-home",
+		"NetworkCreate agent-sandbox-egress",
 		"NetworkCreate " + testSession,
 	}
 	// The router branch and the pod branch run side by side; each keeps
@@ -404,5 +404,26 @@ func TestSessionFollowsAllowlistEdits(t *testing.T) {
 	}
 	if code := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code = %d, want 0", code)
+	}
+}
+
+func TestSessionHomeVolumeNotOursRefusesBeforeCreatingAnything(t *testing.T) {
+	eng := newFakeEngine()
+	eng.foreignVolumes = map[string][]string{"agent-sandbox-home": {"someones-db"}}
+	stderr := captureStderr(t)
+	code := runSession(context.Background(), eng, testConfig(t))
+	if code != exitRefused {
+		t.Fatalf("exit code = %d, want %d", code, exitRefused)
+	}
+	for _, c := range eng.calls {
+		if strings.HasPrefix(c, "NetworkCreate") || strings.HasPrefix(c, "ContainerCreate") || strings.HasPrefix(c, "PodCreate") {
+			t.Errorf("created %q after the volume was refused", c)
+		}
+	}
+	msg := stderr()
+	for _, want := range []string{"agent-sandbox-home", "someones-db", "AGENT_SANDBOX_HOME_VOLUME", "podman volume rm agent-sandbox-home"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, msg)
+		}
 	}
 }

@@ -40,6 +40,10 @@ type relOpts struct {
 	// terminal (the slave side).
 	PTY     *os.File
 	Timeout time.Duration
+	// UID, when set, runs the launcher as this uid and gid in a user
+	// namespace of its own mapped onto the test user: a user that
+	// /etc/subuid and /etc/subgid know nothing of.
+	UID int
 }
 
 // launcher is one running agent-sandbox process.
@@ -117,6 +121,13 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 		l.cmd.Stdin, l.cmd.Stdout = o.PTY, o.PTY
 		l.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	} else {
+		if o.UID != 0 {
+			l.cmd.SysProcAttr = &syscall.SysProcAttr{
+				Cloneflags:  syscall.CLONE_NEWUSER,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: o.UID, HostID: os.Getuid(), Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: o.UID, HostID: os.Getgid(), Size: 1}},
+			}
+		}
 		if outR, outW, err = os.Pipe(); err != nil {
 			t.Fatal(err)
 		}

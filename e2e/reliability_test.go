@@ -8,9 +8,11 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -430,6 +432,51 @@ var churnPhases = []phase{
 	phaseAgent,
 }
 
+func TestReliabilityConcurrentSharedObjects(t *testing.T) {
+	row(t, "eight first sessions at once: one egress network and one home volume, no race", func(t *testing.T) {
+		const n = 8
+		// Fresh shared objects, so that all eight race to create them.
+		egress := "asb-e2e-egress-" + newNonce(t)
+		t.Cleanup(func() {
+			if _, err := podman("network", "exists", egress); err == nil {
+				if _, err := podman("network", "rm", "-f", egress); err != nil {
+					t.Errorf("cannot remove %s: %v", egress, err)
+				}
+			}
+		})
+		vol := homeVolume(t)
+		base := takeInventory(t)
+		ls := make([]*launcher, n)
+		for i := range ls {
+			ls[i] = startLauncher(t, relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: []string{"true"},
+				Env: map[string]string{"AGENT_SANDBOX_EGRESS_NETWORK": egress}})
+		}
+		for i, l := range ls {
+			if l.wait().Code != 0 {
+				t.Errorf("session %d: exit code %d, want 0; stderr:\n%s", i, l.Code, l.Stderr())
+			}
+		}
+		nets, err := podman("network", "ls", "--filter", "name=^"+egress+"$", "--format", "{{.Name}} {{.Labels}}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lines(nets); len(got) != 1 || !strings.Contains(got[0], "agent-sandbox.shared:true") {
+			t.Errorf("egress networks named %s: %q, want exactly one labelled agent-sandbox.shared", egress, got)
+		}
+		if out, err := podman("volume", "inspect", "--format", "{{.Labels}}", vol); err != nil || !strings.Contains(out, "agent-sandbox.shared:true") {
+			t.Errorf("home volume %s: %q %v, want it made once, labelled agent-sandbox.shared", vol, out, err)
+		}
+		assertNoLeftovers(t)
+		// The shared network and volume are what the sessions may leave.
+		now := takeInventory(t)
+		now["networks"] = slices.DeleteFunc(now["networks"], func(s string) bool { return s == egress })
+		now["volumes"] = slices.DeleteFunc(now["volumes"], func(s string) bool { return s == vol })
+		if d := base.diff(now); d != "" {
+			t.Errorf("besides the shared network and volume, podman and the runtime dir differ from the start:\n%s", d)
+		}
+	})
+}
+
 func TestReliabilityChurn(t *testing.T) {
 	row(t, "fifty sessions, some killed at random steps, leave podman and the runtime dir as they were", func(t *testing.T) {
 		const sessions = 50
@@ -718,26 +765,36 @@ func TestReliabilityFailClosed(t *testing.T) {
 
 func TestReliabilityBadEnvironment(t *testing.T) {
 	noPodmanDir := mkdir(t, "empty-path-")
+	// A uid the machine has no user and no subordinate ids for.
+	noSubIDs := unmappedUID(t)
 	cases := []struct {
 		name string
 		env  map[string]string
 		want []string
 		fast time.Duration
+		uid  int
+		// homeNotOurs makes the home volume exist beforehand, made by
+		// podman itself and used by a container of its own.
+		homeNotOurs bool
 	}{
 		{"no podman at AGENT_SANDBOX_PODMAN", map[string]string{"AGENT_SANDBOX_PODMAN": "/nonexistent/podman"},
-			[]string{"/nonexistent/podman", "install podman"}, 5 * time.Second},
+			[]string{"/nonexistent/podman", "install podman"}, 5 * time.Second, 0, false},
 		{"no podman on PATH", map[string]string{"PATH": noPodmanDir},
-			[]string{"podman not found", "install podman"}, 5 * time.Second},
+			[]string{"podman not found", "install podman"}, 5 * time.Second, 0, false},
 		{"podman 4.2 is too old", map[string]string{"AGENT_SANDBOX_PODMAN": "", fakePodmanEnv: "4.2.0"},
-			[]string{"4.2.0", "too old", "4.3"}, 10 * time.Second},
+			[]string{"4.2.0", "too old", "4.3"}, 10 * time.Second, 0, false},
 		{"podman 3.4 is too old", map[string]string{"AGENT_SANDBOX_PODMAN": "", fakePodmanEnv: "3.4.4"},
-			[]string{"3.4.4", "too old", "4.3"}, 10 * time.Second},
+			[]string{"3.4.4", "too old", "4.3"}, 10 * time.Second, 0, false},
 		{"no XDG_RUNTIME_DIR", map[string]string{"XDG_RUNTIME_DIR": ""},
-			[]string{"XDG_RUNTIME_DIR", "export XDG_RUNTIME_DIR="}, 5 * time.Second},
+			[]string{"XDG_RUNTIME_DIR", "export XDG_RUNTIME_DIR="}, 5 * time.Second, 0, false},
 		{"missing agent image", map[string]string{"AGENT_SANDBOX_IMAGE": "localhost/nope:1"},
-			[]string{"localhost/nope:1", "make images"}, 10 * time.Second},
+			[]string{"localhost/nope:1", "make images"}, 10 * time.Second, 0, false},
 		{"missing router image", map[string]string{"AGENT_SANDBOX_ROUTER_IMAGE": "localhost/nope-router:1"},
-			[]string{"localhost/nope-router:1", "make images"}, 10 * time.Second},
+			[]string{"localhost/nope-router:1", "make images"}, 10 * time.Second, 0, false},
+		{"no subordinate id range", nil,
+			[]string{"/etc/subuid has no range for " + strconv.Itoa(noSubIDs), "usermod --add-subuids"}, 5 * time.Second, noSubIDs, false},
+		{"home volume in use by a container not of agent-sandbox", nil,
+			[]string{"did not create it", "used by asb-e2e-foreign-", "AGENT_SANDBOX_HOME_VOLUME", "podman volume rm"}, 10 * time.Second, 0, true},
 	}
 	for _, c := range cases {
 		row(t, c.name+": one clear error naming the fix, exit 1 or 125, nothing created", func(t *testing.T) {
@@ -748,8 +805,12 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 			if _, ok := c.env[fakePodmanEnv]; ok {
 				env["AGENT_SANDBOX_PODMAN"] = fakePodman(t)
 			}
+			home := ""
+			if c.homeNotOurs {
+				home = foreignHomeVolume(t)
+			}
 			base := takeInventory(t)
-			l := startLauncher(t, relOpts{Cmd: []string{"true"}, Env: env}).wait()
+			l := startLauncher(t, relOpts{Cmd: []string{"true"}, Env: env, UID: c.uid, HomeVolume: home}).wait()
 			if l.Code != 1 && l.Code != 125 {
 				t.Errorf("exit code = %d, want 1 or 125", l.Code)
 			}
@@ -763,11 +824,63 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 					t.Errorf("stderr lacks %q", w)
 				}
 			}
-			if _, err := podman("volume", "exists", l.Home); err == nil {
+			if _, err := podman("volume", "exists", l.Home); err == nil && !c.homeNotOurs {
 				t.Errorf("the home volume %s was created", l.Home)
+			}
+			if c.homeNotOurs {
+				if out, _ := podman("volume", "inspect", "--format", "{{.Labels}}", l.Home); strings.Contains(out, "agent-sandbox") {
+					t.Errorf("the launcher changed the volume it refused: labels %s", out)
+				}
 			}
 			assertNoLeftovers(t)
 			wantInventory(t, base, "after the refusal")
 		})
 	}
+}
+
+// unmappedUID is a uid with no passwd entry and no range in /etc/subuid
+// or /etc/subgid.
+func unmappedUID(t *testing.T) int {
+	t.Helper()
+	for uid := 4242; uid < 4300; uid++ {
+		if _, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+			continue
+		}
+		if idsMention("/etc/subuid", uid) || idsMention("/etc/subgid", uid) {
+			continue
+		}
+		return uid
+	}
+	t.Fatal("no free uid in 4242..4299")
+	return 0
+}
+
+func idsMention(file string, uid int) bool {
+	b, _ := os.ReadFile(file)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, strconv.Itoa(uid)+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// foreignHomeVolume makes a volume with podman's CLI, without
+// agent-sandbox's label, and a container that uses it.
+func foreignHomeVolume(t *testing.T) string {
+	t.Helper()
+	name := homeVolume(t)
+	if _, err := podman("volume", "create", name); err != nil {
+		t.Fatal(err)
+	}
+	user := "asb-e2e-foreign-" + newNonce(t)
+	if _, err := podman("create", "--name", user, "-v", name+":/data", harness.sandboxImage, "true"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := podman("rm", "-f", user); err != nil {
+			t.Errorf("cannot remove %s: %v", user, err)
+		}
+	})
+	return name
 }
