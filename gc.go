@@ -114,7 +114,7 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 
 // sessionDir matches the temp dirs a session makes: NAME.RANDOM and
 // NAME-api.RANDOM, where NAME is agent-sandbox-UNIXTIME-PID.
-var sessionDir = regexp.MustCompile(`^agent-sandbox-\d+-(\d+)(-api)?\.[^/]+$`)
+var sessionDir = regexp.MustCompile(`^agent-sandbox-(\d+)-(\d+)(-api)?\.[^/]+$`)
 
 func removeStaleDirs(runtimeDir string) []string {
 	if runtimeDir == "" {
@@ -130,8 +130,9 @@ func removeStaleDirs(runtimeDir string) []string {
 		if m == nil || !e.IsDir() {
 			continue
 		}
-		pid, _ := strconv.Atoi(m[1])
-		if launcherRuns(pid) {
+		created, _ := strconv.ParseInt(m[1], 10, 64)
+		pid, _ := strconv.Atoi(m[2])
+		if launcherRuns(pid, created) {
 			continue
 		}
 		if os.RemoveAll(filepath.Join(runtimeDir, e.Name())) == nil {
@@ -141,13 +142,36 @@ func removeStaleDirs(runtimeDir string) []string {
 	return removed
 }
 
-// launcherRuns reports whether pid is a running agent-sandbox launcher. The
-// dir names carry no start time, so the command line stands in for it.
-func launcherRuns(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+// launcherRuns reports whether the launcher that named its dir with pid
+// at unix time created still runs. A process with that pid that started
+// no later than the dir was named is that launcher: had the launcher died,
+// whoever got its pid would have started after. Going by the name of the
+// executable instead would take a launcher run as `claude` (a symlink) or
+// under another name for dead, and remove a live session's files.
+func launcherRuns(pid int, created int64) bool {
+	started, ok := processStartUnix(pid)
+	return ok && started <= created+1
+}
+
+// processStartUnix is when pid started, in unix seconds, from its start
+// time in clock ticks after boot (USER_HZ is 100 on Linux).
+func processStartUnix(pid int) (int64, bool) {
+	ticks, err := strconv.ParseInt(processStart(pid), 10, 64)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	arg0, _, _ := strings.Cut(string(b), "\x00")
-	return strings.Contains(filepath.Base(arg0), "agent-sandbox")
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, false
+			}
+			return boot + ticks/100, true
+		}
+	}
+	return 0, false
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func TestOwnerAlive(t *testing.T) {
@@ -77,11 +79,16 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	deadPid := strconv.Itoa(cmd.Process.Pid)
 	deadOwner := deadPid + "@1"
-	mine := "agent-sandbox-1-" + strconv.Itoa(os.Getpid())
+	// This test process stands for a live launcher of any name (a
+	// `claude` symlink, say); a dir with its pid named before it started
+	// was a dead launcher's whose pid it reuses.
+	live := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	reused := "agent-sandbox-1-" + strconv.Itoa(os.Getpid())
 	for _, d := range []string{
 		"agent-sandbox-1-" + deadPid + ".abc",
 		"agent-sandbox-1-" + deadPid + "-api.def",
-		mine + ".x", // this test binary is not an agent-sandbox launcher...
+		live + ".x", live + "-api.y",
+		reused + ".z",
 		"unrelated-dir",
 	} {
 		must(t, os.Mkdir(filepath.Join(runtimeDir, d), 0o700))
@@ -101,9 +108,14 @@ func TestCollectGarbage(t *testing.T) {
 	if !slices.Equal(eng.calls, wantCalls) {
 		t.Fatalf("calls = %v, want %v", eng.calls, wantCalls)
 	}
-	for _, want := range []string{"dir agent-sandbox-1-" + deadPid + ".abc", "dir agent-sandbox-1-" + deadPid + "-api.def"} {
+	for _, want := range []string{"dir agent-sandbox-1-" + deadPid + ".abc", "dir agent-sandbox-1-" + deadPid + "-api.def", "dir " + reused + ".z"} {
 		if !slices.Contains(removed, want) {
 			t.Errorf("removed = %v, lacks %q", removed, want)
+		}
+	}
+	for _, d := range []string{live + ".x", live + "-api.y"} {
+		if _, err := os.Stat(filepath.Join(runtimeDir, d)); err != nil {
+			t.Errorf("the live launcher's dir %s was removed", d)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(runtimeDir, "unrelated-dir")); err != nil {

@@ -44,6 +44,9 @@ type relOpts struct {
 	// namespace of its own mapped onto the test user: a user that
 	// /etc/subuid and /etc/subgid know nothing of.
 	UID int
+	// Bin runs the launcher under another name (a `claude` symlink, as
+	// users alias it); "" means the built binary.
+	Bin string
 }
 
 // launcher is one running agent-sandbox process.
@@ -106,7 +109,11 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 	if n := timeouts.Load(); n >= maxTimeouts {
 		t.Fatalf("not launched: %d sessions already hung; fix that first (see the first timed-out row)", n)
 	}
-	l.cmd = exec.Command(harness.bin, l.args...)
+	bin := harness.bin
+	if o.Bin != "" {
+		bin = o.Bin
+	}
+	l.cmd = exec.Command(bin, l.args...)
 	l.cmd.Dir = l.Dir
 	l.cmd.Env = sessionEnv(env)
 

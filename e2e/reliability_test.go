@@ -433,7 +433,7 @@ var churnPhases = []phase{
 }
 
 func TestReliabilityConcurrentSharedObjects(t *testing.T) {
-	row(t, "eight first sessions at once: one egress network and one home volume, no race", func(t *testing.T) {
+	row(t, "eight first sessions at once, half of them run as claude: one egress network and one home volume, no race, no session loses its files", func(t *testing.T) {
 		const n = 8
 		// Fresh shared objects, so that all eight race to create them.
 		egress := "asb-e2e-egress-" + newNonce(t)
@@ -445,11 +445,21 @@ func TestReliabilityConcurrentSharedObjects(t *testing.T) {
 			}
 		})
 		vol := homeVolume(t)
+		// Half of them run as `claude`: each start collects what dead
+		// sessions left, and must know a live launcher by any name.
+		claude := filepath.Join(mkdir(t, "bin-"), "claude")
+		if err := os.Symlink(harness.bin, claude); err != nil {
+			t.Fatal(err)
+		}
 		base := takeInventory(t)
 		ls := make([]*launcher, n)
 		for i := range ls {
-			ls[i] = startLauncher(t, relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: []string{"true"},
-				Env: map[string]string{"AGENT_SANDBOX_EGRESS_NETWORK": egress}})
+			o := relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: []string{"true"},
+				Env: map[string]string{"AGENT_SANDBOX_EGRESS_NETWORK": egress}}
+			if i%2 == 1 {
+				o.Bin = claude
+			}
+			ls[i] = startLauncher(t, o)
 		}
 		for i, l := range ls {
 			if l.wait().Code != 0 {
@@ -788,9 +798,9 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 		{"no XDG_RUNTIME_DIR", map[string]string{"XDG_RUNTIME_DIR": ""},
 			[]string{"XDG_RUNTIME_DIR", "export XDG_RUNTIME_DIR="}, 5 * time.Second, 0, false},
 		{"missing agent image", map[string]string{"AGENT_SANDBOX_IMAGE": "localhost/nope:1"},
-			[]string{"localhost/nope:1", "make images"}, 10 * time.Second, 0, false},
+			[]string{"localhost/nope:1", "unset AGENT_SANDBOX_IMAGE"}, 10 * time.Second, 0, false},
 		{"missing router image", map[string]string{"AGENT_SANDBOX_ROUTER_IMAGE": "localhost/nope-router:1"},
-			[]string{"localhost/nope-router:1", "make images"}, 10 * time.Second, 0, false},
+			[]string{"localhost/nope-router:1", "unset AGENT_SANDBOX_ROUTER_IMAGE"}, 10 * time.Second, 0, false},
 		{"no subordinate id range", nil,
 			[]string{"/etc/subuid has no range for " + strconv.Itoa(noSubIDs), "usermod --add-subuids"}, 5 * time.Second, noSubIDs, false},
 		{"home volume in use by a container not of agent-sandbox", nil,
