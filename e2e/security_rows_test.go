@@ -195,7 +195,7 @@ func (s *secSuite) row8(t *testing.T, ev *evidence) {
 	}
 	s.quiet(t, ev, "host canaries")
 	ev.add("host canaries on %s port %d", strings.Join(append([]string{"127.0.0.1", "::1"}, s.env.hostIPs...), ", "), s.env.hostPort)
-	s.checkControl(t, ev, "sends to the machine's address from the egress network and to loopback from the host",
+	s.checkControl(t, ev, "sends to the machine's address from the egress network (via host.containers.internal) and to loopback from the host",
 		append(s.controlNonces["host"], s.controlNonces["host-loopback"]...)...)
 }
 

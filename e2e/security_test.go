@@ -512,14 +512,19 @@ func (s *secSuite) buildControl(t *testing.T) {
 	nn = n()
 	add("https-record", "https record", "dig +time=2 +tries=1 @"+secFakeIP+" "+nn+".wild.test HTTPS", nn)
 	// The egress network has no IPv6: its IPv6 canaries are checked from
-	// the host (runControl).
+	// the host (runControl). The way to the host from a container is the
+	// address podman maps to it, host.containers.internal: the machine's
+	// own address under slirp4netns (podman 4), pasta's mapped guest
+	// address under podman 5, where the machine's address is the rootless
+	// network namespace's own and so never reaches the host.
 	for _, ip := range s.env.hostIPs {
 		if strings.Contains(ip, ":") {
 			continue
 		}
+		to := `"$(getent ahostsv4 host.containers.internal | head -n1 | cut -d' ' -f1 | grep . || echo ` + ip + `)"`
 		for _, proto := range []string{"tcp", "udp"} {
 			nn = n()
-			add("host", "host "+proto+" "+ip, "python3 -S ./sec.py send "+proto+" "+ip+" "+strconv.Itoa(s.env.hostPort)+" "+nn, nn)
+			add("host", "host "+proto+" via host.containers.internal to "+ip, "python3 -S ./sec.py send "+proto+" "+to+" "+strconv.Itoa(s.env.hostPort)+" "+nn, nn)
 		}
 	}
 	for _, dst := range []string{egressGW, "10.99.0.200", "172.31.99.20", "192.168.99.20"} {
