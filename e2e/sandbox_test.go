@@ -220,6 +220,21 @@ func TestClaudeCLI(t *testing.T) {
 	})
 }
 
+func TestLocalNames(t *testing.T) {
+	row(t, "localhost and the sandbox's hostname resolve without asking the router", func(t *testing.T) {
+		res, r := probeSession(t, sessionOpts{},
+			probe{"localhost", "getent ahostsv4 localhost"},
+			probe{"hostname", "getent ahostsv4 $(hostname)"},
+		)
+		wantOK(t, res, "localhost", "127.0.0.1")
+		wantOK(t, res, "hostname", "127.0.0.1")
+		// A name the router was asked for would be in the blocked summary.
+		if strings.Contains(r.Stderr, "blocked") {
+			t.Errorf("a local name went to the router:\n%s", r.Stderr)
+		}
+	})
+}
+
 func TestSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		row(t, sig.String()+" ends a running session with 130 and tears it down", func(t *testing.T) {
