@@ -12,10 +12,6 @@ DESTDIR ?=
 GO_TAGS := remote exclude_graphdriver_btrfs containers_image_openpgp
 
 BASE               ?= docker.io/library/debian:trixie-slim
-# Build steps that download over TLS (npm) trust what the host trusts, which
-# may include a site's proxy CA. It is mounted as a build secret, so it stays
-# out of the image.
-HOST_CA            ?= /etc/ssl/certs/ca-certificates.crt
 SANDBOX_IMAGE      ?= localhost/agent-sandbox:dev
 ROUTER_IMAGE       ?= localhost/agent-sandbox-router:dev
 FAKEUPSTREAM_IMAGE ?= localhost/agent-sandbox-fakeupstream:test
@@ -31,11 +27,30 @@ IMAGE_USER ?= $(shell [ "$$(id -u)" = 0 ] && id -u asbtest >/dev/null 2>&1 && ec
 # -trimpath keeps them byte-identical across clones, so image layers cache.
 STATIC_BUILD = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w"
 
-# podman_build CONTEXT,TAG[,EXTRA ARGS]. For IMAGE_USER the context is copied
-# to a world-readable place first: a clone under /root is 0700.
+# The sandbox and router images are built by the launcher itself, from the
+# Containerfiles embedded in it and through its own podman service: the code
+# path of a user's first run. It passes the host's CA bundle to the build
+# steps that download over TLS (npm), as a build secret.
+ASB_BUILD_ENV = AGENT_SANDBOX_BASE_IMAGE=$(BASE) AGENT_SANDBOX_IMAGE=$(SANDBOX_IMAGE) \
+	AGENT_SANDBOX_ROUTER_IMAGE=$(ROUTER_IMAGE) AGENT_SANDBOX_PODMAN=$(PODMAN)
+
+# asb_build ROLE (router or sandbox); podman_build CONTEXT,TAG[,EXTRA ARGS].
+# For IMAGE_USER the binary or the context is copied to a world-readable
+# place first: a clone under /root is 0700.
 ifeq ($(IMAGE_USER),)
+asb_build = $(ASB_BUILD_ENV) bin/agent-sandbox build --only $(1)
 podman_build = $(PODMAN) build --pull=missing $(3) -t $(2) $(1)
 else
+asb_build = @echo "agent-sandbox build --only $(1) (as $(IMAGE_USER))"; \
+	set -e; stage=$$(mktemp -d /var/tmp/agent-sandbox-build.XXXXXX); \
+	trap 'rm -rf "$$stage"' EXIT; \
+	install -m 0755 bin/agent-sandbox "$$stage/agent-sandbox"; chmod 0755 "$$stage"; cd "$$stage"; \
+	uid=$$(id -u $(IMAGE_USER)); \
+	[ -d /run/user/$$uid ] || install -d -m 0700 -o $(IMAGE_USER) -g "$$(id -g $(IMAGE_USER))" /run/user/$$uid; \
+	runuser -u $(IMAGE_USER) -- env -i HOME="$$(getent passwd $(IMAGE_USER) | cut -d: -f6)" \
+		USER=$(IMAGE_USER) PATH=/usr/local/go/bin:/usr/bin:/bin XDG_RUNTIME_DIR=/run/user/$$uid \
+		$(ASB_BUILD_ENV) "$$stage/agent-sandbox" build --only $(1)
+
 podman_build = @echo "podman build -t $(2) $(1) (as $(IMAGE_USER))"; \
 	set -e; stage=$$(mktemp -d /var/tmp/agent-sandbox-build.XXXXXX); \
 	trap 'rm -rf "$$stage"' EXIT; \
@@ -46,15 +61,13 @@ podman_build = @echo "podman build -t $(2) $(1) (as $(IMAGE_USER))"; \
 		$(PODMAN) build --pull=missing $(3) -t $(2) "$$stage"
 endif
 
-comma := ,
-CA_ARGS = $(if $(wildcard $(HOST_CA)),--secret id=hostca$(comma)src=$(HOST_CA))
-
 .PHONY: all build bins images image-router image-sandbox e2e-bins e2e-images image-fakeupstream \
 	test e2e check install clean
 
 all: build
 
-build:
+# The router's helpers are embedded in the binary, which builds the images.
+build: bins
 	$(GO) build -tags "$(GO_TAGS)" -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.registry=$(REGISTRY)" -o bin/agent-sandbox .
 
 bins:
@@ -64,11 +77,11 @@ bins:
 # Separate targets so `make -j` can overlap the builds.
 images: image-router image-sandbox
 
-image-router: bins
-	$(call podman_build,router-image,$(ROUTER_IMAGE),--build-arg BASE=$(BASE))
+image-router: build
+	$(call asb_build,router)
 
-image-sandbox:
-	$(call podman_build,sandbox-image,$(SANDBOX_IMAGE),--build-arg BASE=$(BASE) $(CA_ARGS))
+image-sandbox: build
+	$(call asb_build,sandbox)
 
 e2e-bins:
 	$(STATIC_BUILD) -tags "e2e $(GO_TAGS)" -o e2e/fakeupstream/fakeupstream.bin ./e2e/fakeupstream

@@ -84,6 +84,39 @@ directory, until you interrupt it.`,
 			*code = watch(ctx, cmd.OutOrStdout())
 		},
 	})
+	root.AddCommand(newBuildCommand(ctx, code))
 	addUserCommands(root, ctx, code)
 	return root
+}
+
+func newBuildCommand(ctx context.Context, code *int) *cobra.Command {
+	var only string
+	var noCache bool
+	cmd := &cobra.Command{
+		Use:   "build",
+		Short: "Build the sandbox and router images",
+		Long: `build (re)builds the sandbox and router images from the Containerfiles inside
+agent-sandbox, under the names sessions use (AGENT_SANDBOX_IMAGE and
+AGENT_SANDBOX_ROUTER_IMAGE if set). A session builds a missing image by itself
+the first time; build is for refreshing them, for example for a newer Claude
+Code or Debian packages (with --no-cache). Unchanged steps come from podman's
+layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default
+` + defaultBaseImage + `).`,
+		Example: `  agent-sandbox build                 # both images
+  agent-sandbox build --only router   # just the router
+  agent-sandbox build --no-cache      # every step again`,
+		// Checked in Run: the root command silences cobra's own errors.
+		Args: cobra.ArbitraryArgs,
+		Run: func(_ *cobra.Command, args []string) {
+			if len(args) > 0 {
+				warn("build takes no arguments (got %q): name one image with --only sandbox or --only router", args[0])
+				*code = exitRefused
+				return
+			}
+			*code = buildCommand(ctx, only, noCache)
+		},
+	}
+	cmd.Flags().StringVar(&only, "only", "", "build one image: sandbox or router")
+	cmd.Flags().BoolVar(&noCache, "no-cache", false, "run every step again instead of using podman's layer cache")
+	return reportFlagErrors(cmd)
 }

@@ -175,7 +175,7 @@ func doctor(ctx context.Context, env doctorEnv, out io.Writer) int {
 		report(checkRuntimeDir(env))
 		if found.ok() {
 			img, router := env.images()
-			report(checkImage(ctx, env, podman, img), checkImage(ctx, env, podman, router))
+			report(checkImage(ctx, env, podman, img, "AGENT_SANDBOX_IMAGE"), checkImage(ctx, env, podman, router, "AGENT_SANDBOX_ROUTER_IMAGE"))
 		}
 	}
 	report(checkAllowlist(env))
@@ -369,15 +369,10 @@ func checkRuntimeDir(env doctorEnv) checkResult {
 	return checkPassed(what, dir)
 }
 
-// imageFix is how to get a missing image.
-func imageFix(image string) string {
-	if version != "dev" && registry != "" {
-		return "podman pull " + image
-	}
-	return "make images (in the agent-sandbox source tree), or set AGENT_SANDBOX_IMAGE and AGENT_SANDBOX_ROUTER_IMAGE"
-}
-
-func checkImage(ctx context.Context, env doctorEnv, podman, image string) checkResult {
+// checkImage checks one of the session's images. A missing image of
+// agent-sandbox's own does not stop a session, which builds (or pulls) it
+// first; a missing image the user named does.
+func checkImage(ctx context.Context, env doctorEnv, podman, image, envVar string) checkResult {
 	what := "image " + image
 	cctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
@@ -385,8 +380,13 @@ func checkImage(ctx context.Context, env doctorEnv, podman, image string) checkR
 	switch {
 	case err == nil:
 		return checkPassed(what, "present")
+	case commandExitCode(err) == 1 && env.getenv(envVar) != "" && !isDefaultImage(image):
+		return checkFailed(what, "missing, and "+envVar+" names it", fmt.Sprintf(
+			"unset %s (agent-sandbox then provides its own), or build or pull %s yourself", envVar, image))
+	case commandExitCode(err) == 1 && releaseBuild():
+		return checkPassed(what, "missing: the first session pulls it (`podman pull "+image+"` does it now)")
 	case commandExitCode(err) == 1:
-		return checkFailed(what, "missing", imageFix(image))
+		return checkPassed(what, "missing: the first session builds it, which takes minutes (`agent-sandbox build` does it now)")
 	}
 	return checkFailed(what, fmt.Sprintf("podman image exists failed: %v", err), "run `podman images` and fix what it reports")
 }
@@ -413,4 +413,9 @@ func checkAllowlist(env doctorEnv) checkResult {
 		return checkFailed(what, problem, fmt.Sprintf("edit %s and fix those lines, or delete it to start again from the defaults", path))
 	}
 	return checkPassed(what, countEntries(len(entries))+" in "+path)
+}
+
+func isDefaultImage(image string) bool {
+	img, router := defaultImageNames()
+	return image == img || image == router
 }

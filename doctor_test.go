@@ -105,10 +105,16 @@ func (m *fakeMachine) doctorEnv() doctorEnv {
 			}
 			return nil
 		},
-		uid:       m.uid,
-		gid:       m.uid,
-		userName:  "me",
-		images:    func() (string, string) { return "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev" },
+		uid:      m.uid,
+		gid:      m.uid,
+		userName: "me",
+		images: func() (string, string) {
+			img, router := "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
+			if v := m.env["AGENT_SANDBOX_ROUTER_IMAGE"]; v != "" {
+				router = v
+			}
+			return img, router
+		},
 		allowlist: func() string { return "/home/me/allowlist" },
 	}
 }
@@ -272,12 +278,13 @@ func TestDoctorReportsEachFailureWithItsFix(t *testing.T) {
 			fix:  "fix: export XDG_RUNTIME_DIR=/run/user/1000",
 		},
 		{
-			name: "router image missing",
+			name: "router image the user named is missing",
 			breakIt: func(m *fakeMachine) {
-				m.failures["/usr/bin/podman image exists localhost/agent-sandbox-router:dev"] = fakeExit(1)
+				m.env["AGENT_SANDBOX_ROUTER_IMAGE"] = "localhost/mine:1"
+				m.failures["/usr/bin/podman image exists localhost/mine:1"] = fakeExit(1)
 			},
-			fail: "FAIL image localhost/agent-sandbox-router:dev: missing",
-			fix:  "fix: make images",
+			fail: "FAIL image localhost/mine:1: missing, and AGENT_SANDBOX_ROUTER_IMAGE names it",
+			fix:  "fix: unset AGENT_SANDBOX_ROUTER_IMAGE (agent-sandbox then provides its own), or build or pull localhost/mine:1 yourself",
 		},
 		{
 			name: "image check fails",
@@ -427,5 +434,17 @@ func TestSubordinateIDsMissing(t *testing.T) {
 				t.Fatalf("error %q lacks %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestDoctorPassesMissingImagesOfItsOwn(t *testing.T) {
+	m := healthyMachine()
+	m.failures["/usr/bin/podman image exists localhost/agent-sandbox-router:dev"] = fakeExit(1)
+	code, out := runDoctor(t, m)
+	if code != 0 {
+		t.Fatalf("exit %d: a session builds a missing image of its own, so it would start:\n%s", code, out)
+	}
+	if !strings.Contains(out, "ok   image localhost/agent-sandbox-router:dev: missing: the first session builds it") {
+		t.Errorf("the report does not say the first session builds the image:\n%s", out)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/blang/semver/v4"
+	buildahDefine "github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -53,6 +55,20 @@ type engine interface {
 	ListLabelled(ctx context.Context, label string) ([]labelledObject, error)
 	// ImageExists reports whether an image is in local storage.
 	ImageExists(ctx context.Context, name string) (bool, error)
+	// ImageBuild builds and tags an image, writing podman's build output
+	// to out.
+	ImageBuild(ctx context.Context, b imageBuild, out io.Writer) error
+	// ImagePull pulls an image, writing podman's progress to out.
+	ImagePull(ctx context.Context, name string, out io.Writer) error
+}
+
+// imageBuild is one image build from a context dir with a Containerfile.
+type imageBuild struct {
+	tag, contextDir string
+	args            map[string]string
+	// secrets are `podman build --secret` values.
+	secrets []string
+	noCache bool
 }
 
 // errNotReady means a helper container started but never said it was ready.
@@ -336,6 +352,36 @@ func (podmanEngine) ListLabelled(ctx context.Context, label string) ([]labelledO
 
 func (podmanEngine) ImageExists(ctx context.Context, name string) (bool, error) {
 	return images.Exists(ctx, name, nil)
+}
+
+func (podmanEngine) ImageBuild(ctx context.Context, b imageBuild, out io.Writer) error {
+	var opts entities.BuildOptions
+	opts.ContextDirectory = b.contextDir
+	opts.Output = b.tag
+	opts.Args = b.args
+	// As `podman build` does: layers keep rebuilds fast (the API's own
+	// default is no layers), and OCI is the CLI's default format.
+	opts.Layers = true
+	opts.NoCache = b.noCache
+	opts.RemoveIntermediateCtrs = true
+	opts.ForceRmIntermediateCtrs = true
+	opts.PullPolicy = buildahDefine.PullIfMissing
+	opts.OutputFormat = buildahDefine.OCIv1ImageManifest
+	// The bindings copy each secret's src into the context they upload; the
+	// service moves it out again before the build sees the context.
+	opts.CommonBuildOpts = &buildahDefine.CommonBuildOptions{Secrets: b.secrets}
+	opts.Out, opts.Err, opts.ReportWriter = out, out, out
+	if _, err := images.Build(ctx, []string{filepath.Join(b.contextDir, "Containerfile")}, opts); err != nil {
+		return fmt.Errorf("build %s: %w", b.tag, err)
+	}
+	return nil
+}
+
+func (podmanEngine) ImagePull(ctx context.Context, name string, out io.Writer) error {
+	if _, err := images.Pull(ctx, name, new(images.PullOptions).WithProgressWriter(out)); err != nil {
+		return fmt.Errorf("pull %s: %w", name, err)
+	}
+	return nil
 }
 
 func (podmanEngine) FollowLogs(ctx context.Context, name string, since time.Time, line func(string)) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -28,8 +29,13 @@ type fakeEngine struct {
 	// helper container died. ContainerWait is not recorded, since it runs
 	// beside the agent.
 	stopped map[string]chan struct{}
-	// missingImages are reported absent by ImageExists.
+	// missingImages are reported absent by ImageExists, until built or
+	// pulled.
 	missingImages map[string]bool
+	// builds are the image builds asked for; buildOutput is what each
+	// writes as podman's output.
+	builds      []imageBuild
+	buildOutput string
 	// logs are containers' logs; any other container logs a fake line.
 	logs map[string]string
 	// foreignVolumes exist without agent-sandbox's label, with these users.
@@ -177,6 +183,29 @@ func (f *fakeEngine) ImageExists(_ context.Context, name string) (bool, error) {
 		return false, err
 	}
 	return !f.missingImages[name], nil
+}
+
+func (f *fakeEngine) ImageBuild(_ context.Context, b imageBuild, out io.Writer) error {
+	_, _ = io.WriteString(out, f.buildOutput)
+	if err := f.record("ImageBuild", b.tag); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.builds = append(f.builds, b)
+	delete(f.missingImages, b.tag)
+	return nil
+}
+
+func (f *fakeEngine) ImagePull(_ context.Context, name string, out io.Writer) error {
+	_, _ = io.WriteString(out, "Copying blob sha256:0123456789abcdef0123\nWriting manifest to image destination\n")
+	if err := f.record("ImagePull", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.missingImages, name)
+	return nil
 }
 
 // FollowLogs replays the container's logs line by line, then follows until

@@ -46,11 +46,18 @@ const (
 	exitSignal  = 130 // a signal ended the session
 )
 
-func imageNames() (string, string) {
-	img, router := "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
-	if version != "dev" && registry != "" {
-		img, router = registry+"/agent-sandbox:"+version, registry+"/agent-sandbox-router:"+version
+// defaultImageNames are the images agent-sandbox provides by itself: built
+// locally by a dev build, pulled from the registry by a release build.
+func defaultImageNames() (string, string) {
+	if releaseBuild() {
+		return registry + "/agent-sandbox:" + version, registry + "/agent-sandbox-router:" + version
 	}
+	return "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
+}
+
+// imageNames are the sandbox and router images sessions run.
+func imageNames() (string, string) {
+	img, router := defaultImageNames()
 	return envOr("AGENT_SANDBOX_IMAGE", img), envOr("AGENT_SANDBOX_ROUTER_IMAGE", router)
 }
 
@@ -374,15 +381,8 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		_ = eng.NetworkRemove(tctx, names.session)
 	}()
 
-	for _, img := range []string{image, routerImage} {
-		ok, err := eng.ImageExists(ctx, img)
-		if err != nil {
-			return fail(err)
-		}
-		if !ok {
-			warn("image %s is missing: build it with `make images` (or set AGENT_SANDBOX_IMAGE / AGENT_SANDBOX_ROUTER_IMAGE)", img)
-			return exitRefused
-		}
+	if code := ensureImages(ctx, eng, cfg.name); code != 0 {
+		return code
 	}
 
 	// The home volume first: a volume of that name that is not ours

@@ -311,11 +311,14 @@ func captureStderr(t *testing.T) func() string {
 	return restore
 }
 
+// A missing default image is built instead: see images_test.go.
 func TestSessionMissingImageCreatesNothing(t *testing.T) {
 	eng := newFakeEngine()
-	eng.missingImages = map[string]bool{"localhost/agent-sandbox-router:dev": true}
+	cfg := testConfig(t)
+	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "localhost/my-router:1")
+	eng.missingImages = map[string]bool{"localhost/my-router:1": true}
 	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, testConfig(t)); code != exitRefused {
+	if code := runSession(context.Background(), eng, cfg); code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	for _, c := range eng.calls {
@@ -323,7 +326,7 @@ func TestSessionMissingImageCreatesNothing(t *testing.T) {
 			t.Fatalf("%s although an image is missing", c)
 		}
 	}
-	if out := stderr(); !strings.Contains(out, "image localhost/agent-sandbox-router:dev is missing") || !strings.Contains(out, "make images") {
+	if out := stderr(); !strings.Contains(out, "image localhost/my-router:1 is missing") || !strings.Contains(out, "AGENT_SANDBOX_ROUTER_IMAGE") {
 		t.Fatalf("stderr does not name the image and the fix: %q", out)
 	}
 }
