@@ -96,8 +96,9 @@ func newBuildCommand(ctx context.Context, code *int) *cobra.Command {
 		Use:   "build",
 		Short: "Build the sandbox and router images",
 		Long: `build (re)builds the sandbox and router images from the Containerfiles inside
-agent-sandbox, under the names sessions use (AGENT_SANDBOX_IMAGE and
-AGENT_SANDBOX_ROUTER_IMAGE if set). A session builds a missing image by itself
+agent-sandbox, under agent-sandbox's own names; it refuses when
+AGENT_SANDBOX_IMAGE or AGENT_SANDBOX_ROUTER_IMAGE names another image, which
+it would replace. A session builds a missing image by itself
 the first time; build is for refreshing them, for example for a newer Claude
 Code or Debian packages (with --no-cache). Unchanged steps come from podman's
 layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default

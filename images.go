@@ -124,8 +124,8 @@ func imageFailed(ctx context.Context, err error) int {
 	return fail(err)
 }
 
-// buildCommand is `agent-sandbox build`: it (re)builds the images under the
-// names sessions use, whatever is there already.
+// buildCommand is `agent-sandbox build`: it (re)builds agent-sandbox's own
+// images, whatever is there already.
 func buildCommand(ctx context.Context, only string, noCache bool) int {
 	var todo []sessionImage
 	for _, im := range sessionImages() {
@@ -138,6 +138,13 @@ func buildCommand(ctx context.Context, only string, noCache bool) int {
 		return exitRefused
 	}
 	for _, im := range todo {
+		// The name may be a derived image of the user's (a recipe's, say):
+		// building agent-sandbox's own image under it would replace that.
+		if !im.ours() {
+			warn("%s names %s, not agent-sandbox's own image: build makes %s; unset %s to build that and have sessions use it",
+				im.env, im.name, im.dflt, im.env)
+			return exitRefused
+		}
 		if err := checkContext(im); err != nil {
 			warn("%v", err)
 			return exitRefused

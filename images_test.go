@@ -472,3 +472,17 @@ func TestParseBuildLine(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
+	t.Setenv("AGENT_SANDBOX_IMAGE", "localhost/agent-sandbox-codex:dev")
+	stderr := captureStderr(t)
+	if code := buildCommand(context.Background(), "sandbox", false); code != exitRefused {
+		t.Fatalf("exit code = %d, want %d", code, exitRefused)
+	}
+	out := stderr()
+	for _, want := range []string{"AGENT_SANDBOX_IMAGE names localhost/agent-sandbox-codex:dev", "unset AGENT_SANDBOX_IMAGE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stderr lacks %q: %q", want, out)
+		}
+	}
+}
