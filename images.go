@@ -150,14 +150,7 @@ func buildCommand(ctx context.Context, only string, noCache bool) int {
 			return exitRefused
 		}
 	}
-	dir, err := xdgRuntimeDir()
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	// Named like a session, so that gc removes what a killed build left.
-	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
-	return withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
+	return withCommandService(ctx, func(opCtx context.Context, eng engine, _, name string) int {
 		for _, im := range todo {
 			if err := buildImage(opCtx, eng, im, name, noCache, os.Stderr); err != nil {
 				return imageFailed(opCtx, err)

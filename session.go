@@ -226,16 +226,29 @@ func withService(ctx context.Context, runtimeDir, name string, trace *tracer, fn
 	return code
 }
 
-// gc removes what killed sessions left behind and returns the exit code.
-func gc(ctx context.Context, out io.Writer) int {
+// newSessionName names a session, or a command's own API service: what a
+// killed one leaves behind is then collected like a session's.
+func newSessionName() string {
+	return fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+}
+
+// withCommandService runs fn for a command other than a session (gc,
+// build) against a private API service of its own.
+func withCommandService(ctx context.Context, fn func(ctx context.Context, eng engine, runtimeDir, name string) int) int {
 	dir, err := xdgRuntimeDir()
 	if err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
-	// Named like a session, so that a killed gc is collected too.
-	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	name := newSessionName()
 	return withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
+		return fn(opCtx, eng, dir, name)
+	})
+}
+
+// gc removes what killed sessions left behind and returns the exit code.
+func gc(ctx context.Context, out io.Writer) int {
+	return withCommandService(ctx, func(opCtx context.Context, eng engine, dir, _ string) int {
 		removed, err := collectGarbage(opCtx, eng, dir)
 		for _, r := range removed {
 			fmt.Fprintln(out, "removed", r)
@@ -284,7 +297,7 @@ func prepare(cmd []string) (sessionConfig, error) {
 	cfg.egress = os.Getenv("AGENT_SANDBOX_EGRESS_NETWORK")
 	cfg.launchDir = pwd
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
-	cfg.name = fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+	cfg.name = newSessionName()
 	return cfg, nil
 }
 
