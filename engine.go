@@ -148,23 +148,21 @@ func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[st
 	return nil
 }
 
-// volumeNotOurs means a volume of the home volume's name exists that
-// agent-sandbox did not create: the agent would read and write someone
-// else's data.
+// volumeNotOurs means the home volume is in use by containers that are
+// not agent-sandbox's: the agent would read and write someone else's data.
 type volumeNotOurs struct {
 	name  string
 	users []string
 }
 
 func (v volumeNotOurs) Error() string {
-	used := "no container uses it"
-	if len(v.users) > 0 {
-		used = "used by " + strings.Join(v.users, ", ")
-	}
-	return fmt.Sprintf("volume %s exists but agent-sandbox did not create it (%s): set AGENT_SANDBOX_HOME_VOLUME to another name, "+
-		"or remove it with `podman volume rm %s` if nothing needs its data", v.name, used, v.name)
+	return fmt.Sprintf("volume %s is in use by %s, which agent-sandbox did not create: set AGENT_SANDBOX_HOME_VOLUME to another name, "+
+		"or remove those containers if the volume is meant for agent-sandbox", v.name, strings.Join(v.users, ", "))
 }
 
+// checkVolumeIsOurs refuses a volume that containers other than
+// agent-sandbox's use. One that agent-sandbox made, or that nothing uses
+// (made beforehand with `podman volume create`), is the user's home.
 func checkVolumeIsOurs(ctx context.Context, name string) error {
 	v, err := volumes.Inspect(ctx, name, nil)
 	if err != nil {
@@ -178,11 +176,14 @@ func checkVolumeIsOurs(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("list the users of volume %s: %w", name, err)
 	}
-	users := make([]string, 0, len(cs))
+	var users []string
 	for _, c := range cs {
-		if len(c.Names) > 0 {
+		if c.Labels[labelSession] == "" && len(c.Names) > 0 {
 			users = append(users, c.Names[0])
 		}
+	}
+	if len(users) == 0 {
+		return nil
 	}
 	return volumeNotOurs{name, users}
 }

@@ -808,7 +808,7 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 		{"no subordinate id range", nil,
 			[]string{"/etc/subuid has no range for " + strconv.Itoa(noSubIDs), "usermod --add-subuids"}, 5 * time.Second, noSubIDs, false},
 		{"home volume in use by a container not of agent-sandbox", nil,
-			[]string{"did not create it", "used by asb-e2e-foreign-", "AGENT_SANDBOX_HOME_VOLUME", "podman volume rm"}, 10 * time.Second, 0, true},
+			[]string{"is in use by asb-e2e-foreign-", "did not create", "AGENT_SANDBOX_HOME_VOLUME"}, 10 * time.Second, 0, true},
 	}
 	for _, c := range cases {
 		row(t, c.name+": one clear error naming the fix, exit 1 or 125, nothing created", func(t *testing.T) {
