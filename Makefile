@@ -86,7 +86,18 @@ image-sandbox: build
 e2e-bins:
 	$(STATIC_BUILD) -tags "e2e $(GO_TAGS)" -o e2e/fakeupstream/fakeupstream.bin ./e2e/fakeupstream
 
-e2e-images: image-fakeupstream
+# The recipes' images (README: Other agents), built as the README says, on
+# the agent image. Built here rather than by the tests: their npm step
+# reaches the npm registry, and no test reaches a real host.
+RECIPES := codex gemini
+HOST_CA := /etc/ssl/certs/ca-certificates.crt
+comma := ,
+RECIPE_ARGS = --build-arg BASE=$(SANDBOX_IMAGE) $(if $(wildcard $(HOST_CA)),--secret id=hostca$(comma)src=$(HOST_CA))
+
+e2e-images: image-fakeupstream $(addprefix image-recipe-,$(RECIPES))
+
+image-recipe-%: image-sandbox
+	$(call podman_build,recipes/$*,localhost/agent-sandbox-$*:test,$(RECIPE_ARGS))
 
 image-fakeupstream: e2e-bins
 	$(call podman_build,e2e/fakeupstream,$(FAKEUPSTREAM_IMAGE))
