@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +29,11 @@ type forward struct {
 const readyLine = "forwarder: ready"
 
 func main() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One thread runs every relay: the work is in the kernel, and a
+		// second P only adds threads that wake each other.
+		runtime.GOMAXPROCS(1)
+	}
 	os.Exit(run())
 }
 
@@ -189,11 +195,12 @@ func listenAll(forwards []forward) ([]listener, error) {
 }
 
 func listen(f forward) (*net.TCPListener, error) {
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.listen))
+	lc := net.ListenConfig{KeepAlive: -1} // as for the dial in relay
+	ln, err := lc.Listen(context.Background(), "tcp", f.listen.String())
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
 	}
-	return ln, nil
+	return ln.(*net.TCPListener), nil
 }
 
 // relayAll serves until ctx ends, then closes the listeners and every open
@@ -227,7 +234,9 @@ func acceptLoop(ctx context.Context, l listener, wg *sync.WaitGroup) {
 }
 
 func relay(ctx context.Context, client *net.TCPConn, target netip.AddrPort) {
-	d := net.Dialer{Timeout: dialTimeout}
+	// No keepalive probes: both ends of this hop are on this machine, and
+	// each probe setting costs a syscall per connection.
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
 	c, err := d.DialContext(ctx, "tcp", target.String())
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
@@ -249,11 +258,11 @@ func relay(ctx context.Context, client *net.TCPConn, target netip.AddrPort) {
 	closeBoth()
 }
 
-// pipe copies src to dst. io.Copy between two *net.TCPConn lets the kernel
-// splice. A clean EOF is passed on as a half-close; an error aborts both
-// directions, since the other one may otherwise wait forever.
+// pipe copies src to dst with splice (see relayCopy). A clean EOF is passed
+// on as a half-close; an error aborts both directions, since the other one
+// may otherwise wait forever.
 func pipe(dst, src *net.TCPConn, abort func()) {
-	if _, err := io.Copy(dst, src); err != nil {
+	if err := relayCopy(dst, src); err != nil {
 		abort()
 		return
 	}

@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,8 +31,16 @@ func runClient(args []string) error {
 	label := fs.String("label", "", "sample key infix, for example direct or sandbox")
 	size := fs.Int64("bytes", 256<<20, "bytes to download and to upload")
 	small := fs.Int("small", 200, "sequential small HTTPS requests, a new connection each")
+	phaseList := fs.String("phases", "download,upload,small", "which measurements to make, comma-separated (to profile one alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	phases := map[string]bool{}
+	for p := range strings.SplitSeq(*phaseList, ",") {
+		if p != "download" && p != "upload" && p != "small" {
+			return fmt.Errorf("-phases: unknown phase %q (want download, upload, small)", p)
+		}
+		phases[p] = true
 	}
 	if !isTestName(*host) {
 		return fmt.Errorf("-host %s: only *.test names may be used", *host)
@@ -51,28 +61,36 @@ func runClient(args []string) error {
 	}
 	// MiB and seconds throughout: the report divides like by like.
 	mib := float64(*size) / (1 << 20)
-	d, err := timed(func() error { return c.get("/blob?bytes="+strconv.FormatInt(*size, 10), *size) })
-	if err != nil {
-		return fmt.Errorf("download: %w", err)
-	}
-	fmt.Printf("dl_%s_mibps %.3f\n", *label, mib/d.Seconds())
-	d, err = timed(func() error { return c.put(*size) })
-	if err != nil {
-		return fmt.Errorf("upload: %w", err)
-	}
-	fmt.Printf("ul_%s_mibps %.3f\n", *label, mib/d.Seconds())
-	d, err = timed(func() error {
-		for range *small {
-			if err := c.get("/small", 3); err != nil {
-				return err
-			}
+	if phases["download"] {
+		d, err := timed(func() error { return c.get("/blob?bytes="+strconv.FormatInt(*size, 10), *size) })
+		if err != nil {
+			return fmt.Errorf("download: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("small requests: %w", err)
+		fmt.Printf("dl_%s_mibps %.3f\n", *label, mib/d.Seconds())
 	}
-	fmt.Printf("small_%s_s %.4f\n", *label, d.Seconds())
+	if phases["upload"] {
+		d, err := timed(func() error { return c.put(*size) })
+		if err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+		fmt.Printf("ul_%s_mibps %.3f\n", *label, mib/d.Seconds())
+	}
+	if phases["small"] {
+		var steps requestSteps
+		d, err := timed(func() error {
+			for range *small {
+				if err := c.getTraced("/small", 3, &steps); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("small requests: %w", err)
+		}
+		fmt.Printf("small_%s_s %.4f\n", *label, d.Seconds())
+		steps.print(*label)
+	}
 	// The client's own CPU, to set the relays' CPU against.
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
@@ -129,6 +147,7 @@ func (c *client) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	ips, err := c.resolver.LookupNetIP(ctx, "ip4", strings.TrimSuffix(host, ".")+".")
 	if err != nil {
 		return nil, err
@@ -136,8 +155,60 @@ func (c *client) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("%s has no IPv4 address", host)
 	}
+	resolved := time.Now()
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp4", net.JoinHostPort(ips[0].String(), port))
+	conn, err := d.DialContext(ctx, "tcp4", net.JoinHostPort(ips[0].String(), port))
+	if s, ok := ctx.Value(stepsKey{}).(*requestSteps); ok && err == nil {
+		s.dns = append(s.dns, resolved.Sub(start))
+		s.connect = append(s.connect, time.Since(resolved))
+	}
+	return conn, err
+}
+
+type stepsKey struct{}
+
+// requestSteps collects where each small request's time goes, so that
+// the sandbox's extra time per request can be placed: the DNS lookup, the
+// TCP connect, the TLS handshake, and the request to its first byte.
+type requestSteps struct {
+	dns, connect, tls, firstByte, total []time.Duration
+}
+
+func (s *requestSteps) print(label string) {
+	for _, st := range []struct {
+		name string
+		d    []time.Duration
+	}{{"dns", s.dns}, {"connect", s.connect}, {"tls", s.tls}, {"ttfb", s.firstByte}, {"total", s.total}} {
+		if len(st.d) == 0 {
+			continue
+		}
+		slices.Sort(st.d)
+		fmt.Printf("small_%s_%s_ms %.3f\n", label, st.name, float64(st.d[len(st.d)/2])/1e6)
+	}
+}
+
+// getTraced is get that records the request's steps in s.
+func (c *client) getTraced(path string, want int64, s *requestSteps) error {
+	var tlsStart, wrote time.Time
+	start := time.Now()
+	trace := &httptrace.ClientTrace{
+		TLSHandshakeStart: func() { tlsStart = time.Now() },
+		TLSHandshakeDone: func(tls.ConnectionState, error) {
+			s.tls = append(s.tls, time.Since(tlsStart))
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+		GotFirstResponseByte: func() { s.firstByte = append(s.firstByte, time.Since(wrote)) },
+	}
+	ctx := httptrace.WithClientTrace(context.WithValue(context.Background(), stepsKey{}, s), trace)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.fetch(req, want); err != nil {
+		return err
+	}
+	s.total = append(s.total, time.Since(start))
+	return nil
 }
 
 func (c *client) do(req *http.Request) (*http.Response, error) {
@@ -159,6 +230,10 @@ func (c *client) get(path string, want int64) error {
 	if err != nil {
 		return err
 	}
+	return c.fetch(req, want)
+}
+
+func (c *client) fetch(req *http.Request, want int64) error {
 	resp, err := c.do(req)
 	if err != nil {
 		return err

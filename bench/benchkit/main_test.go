@@ -114,14 +114,24 @@ t_cli 1.0
 		t.Errorf("stat = %+v", st)
 	}
 	var out strings.Builder
-	missed := table(s, &out)
+	missed := table(s, nil, &out)
 	// T_agent 2.5× meets ≤ 3; T_session 4.5× and 0.9× miss; the rest is
 	// not measured and so missed.
-	if missed != countTargets()-1 {
-		t.Errorf("missed = %d, want %d\n%s", missed, countTargets()-1, out.String())
+	if missed != countTargets(nil)-1 {
+		t.Errorf("missed = %d, want %d\n%s", missed, countTargets(nil)-1, out.String())
 	}
 	if !strings.Contains(out.String(), "| 2.50 | ≤ 3 × T_bare | yes |") {
 		t.Errorf("T_agent row missing:\n%s", out.String())
+	}
+
+	// A run of the start-up part alone counts only its own targets.
+	out.Reset()
+	groups := []string{"Start-up"}
+	if missed, n := table(s, groups, &out), countTargets(groups); missed != 2 || n != 3 {
+		t.Errorf("start-up only: missed %d of %d, want 2 of 3\n%s", missed, n, out.String())
+	}
+	if strings.Contains(out.String(), "Data path") {
+		t.Errorf("a group that did not run is shown:\n%s", out.String())
 	}
 }
 
@@ -164,5 +174,30 @@ func TestEvents(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "upstream") || strings.Contains(out.String(), "1-2-router") {
 		t.Errorf("foreign events shown:\n%s", out.String())
+	}
+}
+
+func TestDataRoundsAndSteps(t *testing.T) {
+	s, err := readSamples(strings.NewReader(`
+dl_direct_mibps 400
+dl_sandbox_mibps 300
+dl_direct_mibps 500
+dl_sandbox_mibps 450
+small_direct_dns_ms 0.3
+small_sandbox_dns_ms 0.8
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	dataRounds(s, &out)
+	smallSteps(s, &out)
+	for _, want := range []string{"| download | 0.75, 0.90 |", "| DNS lookup | 0.30 ms | 0.80 ms | +0.50 ms |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "upload") {
+		t.Errorf("a measurement without samples is shown:\n%s", out.String())
 	}
 }

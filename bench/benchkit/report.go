@@ -166,13 +166,17 @@ func (st stat) format(unit string, scale float64) string {
 	return fmt.Sprintf("%s %s (%s–%s, n=%d)", f(st.median), unit, f(st.lo), f(st.hi), st.n)
 }
 
-// table renders the results table; it returns how many targets were missed.
-func table(s samples, w io.Writer) int {
+// table renders the rows of the results table whose group is in groups
+// (every row when groups is empty); it returns how many targets were missed.
+func table(s samples, groups []string, w io.Writer) int {
 	missed := 0
 	params := strings.NewReplacer("{MiB}", s.param("data_mib", "256"), "{N}", s.param("small_requests", "200"), "{S}", s.param("scale_sessions", "8"))
 	fmt.Fprintln(w, "| group | figure | median (min–max) | baseline: median (min–max) | ratio | target | met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, f := range figures {
+		if !inGroups(f.group, groups) {
+			continue
+		}
 		f.name = params.Replace(f.name)
 		st, ok := s.stat(f.key)
 		if !ok {
@@ -222,8 +226,13 @@ func relayCPU(s samples, w io.Writer) {
 	rows := []struct{ key, name string }{
 		{"cpu_forwarder", "forwarder (in the pod)"},
 		{"cpu_router", "router: nginx, dnsmasq, routerd"},
+		{"cpu_nginx", "… nginx (master and worker)"},
+		{"cpu_dnsmasq", "… dnsmasq"},
+		{"cpu_routerd", "… routerd (DNS front and filter)"},
+		{"cpu_conmon", "conmon of the session's containers (their logs)"},
 		{"cpu_upstream", "upstream server (TLS end)"},
 		{"cpu_client_profile", "client in the sandbox (TLS end)"},
+		{"cpu_machine", "whole machine, every process (all users)"},
 		{"cpu_client_sandbox", "client in the sandbox, data-path rounds"},
 		{"cpu_client_direct", "client on the egress network, data-path rounds"},
 	}
@@ -242,10 +251,75 @@ func relayCPU(s samples, w io.Writer) {
 	if len(out) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nCPU spent on one round of the data path (%s MiB down, %s MiB up, %s small requests), by process:\n\n",
-		s.param("data_mib", "256"), s.param("data_mib", "256"), s.param("small_requests", "200"))
+	wall := ""
+	if st, ok := s.stat("wall_profile_s"); ok {
+		wall = fmt.Sprintf(", %.2f s of wall time on %s cores", st.median, s.param("cores", "2"))
+	}
+	fmt.Fprintf(w, "\nCPU spent on one round of the data path (%s MiB down, %s MiB up, %s small requests%s), by process:\n\n",
+		s.param("data_mib", "256"), s.param("data_mib", "256"), s.param("small_requests", "200"), wall)
 	fmt.Fprintln(w, "| process | CPU (user + system) | of which system |")
 	fmt.Fprintln(w, "|---|---:|---:|")
+	for _, l := range out {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// dataRounds shows each data-path round's own ratio: direct and sandbox
+// ran back to back, so a round's ratio saw one machine load, while the
+// table's ratio of medians may pair different moments.
+func dataRounds(s samples, w io.Writer) {
+	rows := []struct{ key, name string }{
+		{"dl", "download"}, {"ul", "upload"}, {"small", "small requests (time)"},
+	}
+	var out []string
+	for _, r := range rows {
+		unit := "_mibps"
+		if r.key == "small" {
+			unit = "_s"
+		}
+		sb, db := s[r.key+"_sandbox"+unit], s[r.key+"_direct"+unit]
+		if len(sb) == 0 || len(sb) != len(db) {
+			continue
+		}
+		ratios := make([]string, len(sb))
+		for i := range sb {
+			ratios[i] = strconv.FormatFloat(sb[i]/db[i], 'f', 2, 64)
+		}
+		out = append(out, fmt.Sprintf("| %s | %s |", r.name, strings.Join(ratios, ", ")))
+	}
+	if len(out) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nEach data-path round's own ratio, sandbox / direct, in the order run:\n\n")
+	fmt.Fprintln(w, "| measurement | ratio per round |")
+	fmt.Fprintln(w, "|---|---|")
+	for _, l := range out {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// smallSteps places the small requests' time: the client's median of
+// each step over one round's requests, medians over the rounds.
+func smallSteps(s samples, w io.Writer) {
+	steps := []struct{ key, name string }{
+		{"dns", "DNS lookup"}, {"connect", "TCP connect"}, {"tls", "TLS handshake"},
+		{"ttfb", "request written to first response byte"}, {"total", "whole request, close included"},
+	}
+	var out []string
+	for _, st := range steps {
+		d, dok := s.stat("small_direct_" + st.key + "_ms")
+		b, bok := s.stat("small_sandbox_" + st.key + "_ms")
+		if !dok || !bok {
+			continue
+		}
+		out = append(out, fmt.Sprintf("| %s | %.2f ms | %.2f ms | %+.2f ms |", st.name, d.median, b.median, b.median-d.median))
+	}
+	if len(out) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nWhere a small request's time goes (the client's median per request, median over the rounds):\n\n")
+	fmt.Fprintln(w, "| step | direct | sandbox | sandbox − direct |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
 	for _, l := range out {
 		fmt.Fprintln(w, l)
 	}
@@ -523,8 +597,15 @@ func runReport(args []string) error {
 	machine := fs.String("machine", "", "markdown describing the machine, included as is")
 	notes := fs.String("notes", "", "markdown list of what went wrong, included as is")
 	eventsFile := fs.String("events", "", "podman events of the first traced session, after a launch line")
+	groupList := fs.String("groups", "", "comma-separated table groups that were measured (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var groups []string
+	for g := range strings.SplitSeq(*groupList, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			groups = append(groups, g)
+		}
 	}
 	f, err := os.Open(*samplesFile)
 	if err != nil {
@@ -545,14 +626,16 @@ func runReport(args []string) error {
 		fmt.Fprintf(w, "%s\n", strings.TrimRight(string(b), "\n"))
 	}
 	fmt.Fprint(w, "\n### Results\n\nEvery ratio divides the medians of the same run.\n\n")
-	missed := table(s, w)
-	fmt.Fprintf(w, "\n%d of %d targets missed.\n", missed, countTargets())
+	missed := table(s, groups, w)
+	fmt.Fprintf(w, "\n%d of %d targets missed.\n", missed, countTargets(groups))
 	if *notes != "" {
 		if b, err := os.ReadFile(*notes); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 			fmt.Fprintf(w, "\nProblems during the run:\n\n%s\n", strings.TrimRight(string(b), "\n"))
 		}
 	}
 	cpu(s, w)
+	dataRounds(s, w)
+	smallSteps(s, w)
 	relayCPU(s, w)
 	fmt.Fprint(w, "\n### Footprint by process\n\nRead from /proc (VmRSS, and Pss from smaps_rollup) while an idle session ran, and in the first session again after it moved the data of one data-path round; PSS splits pages shared between processes.\n\n")
 	footprint(s, w)
@@ -570,12 +653,16 @@ func runReport(args []string) error {
 	return nil
 }
 
-func countTargets() int {
+func countTargets(groups []string) int {
 	n := 0
 	for _, f := range figures {
-		if f.target != "" {
+		if f.target != "" && inGroups(f.group, groups) {
 			n++
 		}
 	}
 	return n
+}
+
+func inGroups(group string, groups []string) bool {
+	return len(groups) == 0 || slices.Contains(groups, group)
 }

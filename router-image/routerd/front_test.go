@@ -199,3 +199,25 @@ func TestFrontKeepsAnsweringThroughDnsmasqRestarts(t *testing.T) {
 		t.Errorf("run = %d after cancel, want 0", code)
 	}
 }
+
+// TestFrontReusesSockets: queries in a row share one socket to dnsmasq,
+// and a socket whose query failed is not kept.
+func TestFrontReusesSockets(t *testing.T) {
+	up := startFakeUpstream(t)
+	f := &front{backend: up.addr, attempt: 100 * time.Millisecond, patience: time.Second}
+	for id := range uint16(5) {
+		m := unpack(t, f.answer(context.Background(), newQuery(id+1, "mixed.test.", dnsmessage.TypeA, 0), false))
+		if m.ID != id+1 || len(m.Answers) != 7 {
+			t.Fatalf("query %d: id %d answers %v", id+1, m.ID, summary(m.Answers))
+		}
+	}
+	if len(f.idle) != 1 {
+		t.Errorf("%d idle sockets after queries in a row, want 1", len(f.idle))
+	}
+
+	dead := &front{backend: deadAddr(t), attempt: 50 * time.Millisecond, patience: 200 * time.Millisecond}
+	m := unpack(t, dead.answer(context.Background(), newQuery(3, "mixed.test.", dnsmessage.TypeA, 0), false))
+	if m.RCode != dnsmessage.RCodeServerFailure || len(dead.idle) != 0 {
+		t.Errorf("dead backend: rcode %v, %d idle sockets; want SERVFAIL and none kept", m.RCode, len(dead.idle))
+	}
+}
