@@ -13,10 +13,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
 const (
@@ -29,22 +30,6 @@ const (
 	watchSettle = 50 * time.Millisecond
 )
 
-// fileStamp is what stat says about a file: enough to notice a rename over
-// it (a new inode) as well as an edit in place (size, mtime).
-type fileStamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func stampOf(fi os.FileInfo) fileStamp {
-	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.dev, s.ino = uint64(st.Dev), st.Ino
-	}
-	return s
-}
-
 // allowlistWatcher follows one session's allowlist file and hands every
 // change that parses to apply.
 type allowlistWatcher struct {
@@ -53,10 +38,10 @@ type allowlistWatcher struct {
 	apply            func([]entry) error
 	warn             func(format string, a ...any)
 
-	current []entry   // what the session runs with
-	stamp   fileStamp // of the last read; zero forces a read
-	sum     [32]byte  // of the last read content
-	warned  string    // the last warning, not repeated until something changes
+	current []entry         // what the session runs with
+	stamp   filestamp.Stamp // of the last read; zero forces a read
+	sum     [32]byte        // of the last read content
+	warned  string          // the last warning, not repeated until something changes
 }
 
 // watchAllowlist polls the allowlist at path until ctx ends. A change that
@@ -134,9 +119,9 @@ func (w *allowlistWatcher) poll() {
 // settled stats the file twice, settle apart, and reports the stamp only
 // if both agree; otherwise the zero stamp, which the last read never has
 // unless it too failed, so the next poll looks again.
-func (w *allowlistWatcher) settled() (fileStamp, error) {
+func (w *allowlistWatcher) settled() (filestamp.Stamp, error) {
 	fi, err := os.Stat(w.path)
-	if err == nil && stampOf(fi) == w.stamp {
+	if err == nil && filestamp.Of(fi) == w.stamp {
 		return w.stamp, nil
 	}
 	// A file that is gone, or just changed, may be in the middle of an
@@ -144,18 +129,18 @@ func (w *allowlistWatcher) settled() (fileStamp, error) {
 	time.Sleep(w.settle)
 	fi2, err2 := os.Stat(w.path)
 	if err2 != nil {
-		return fileStamp{}, err2
+		return filestamp.Stamp{}, err2
 	}
-	if err != nil || stampOf(fi) != stampOf(fi2) {
+	if err != nil || filestamp.Of(fi) != filestamp.Of(fi2) {
 		return w.stamp, nil
 	}
-	return stampOf(fi2), nil
+	return filestamp.Of(fi2), nil
 }
 
 // forget makes the next poll read and check the file afresh, as a new
 // edit, once it is back.
 func (w *allowlistWatcher) forget(err error) {
-	w.stamp, w.sum = fileStamp{}, [32]byte{}
+	w.stamp, w.sum = filestamp.Stamp{}, [32]byte{}
 	w.refuse(fmt.Sprintf("cannot read the allowlist (%v); this session keeps its previous list until the file is back", err))
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
 // watchRecorder runs an allowlistWatcher on a temp file and records what
@@ -336,7 +338,7 @@ func TestRouterFilesApply(t *testing.T) {
 		if fi.Mode().Perm() != 0o644 {
 			t.Errorf("%s has mode %v, want 0644", name, fi.Mode().Perm())
 		}
-		inodes[name] = stampOf(fi).ino
+		inodes[name] = filestamp.Of(fi).Ino
 		if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != body {
 			t.Errorf("%s at start differs from routerConfig's:\n%s", name, got)
 		}
@@ -358,7 +360,7 @@ func TestRouterFilesApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A new inode: readers never see a file half rewritten.
-		if stampOf(fi).ino == inodes[name] {
+		if filestamp.Of(fi).Ino == inodes[name] {
 			t.Errorf("%s was rewritten in place, not replaced", name)
 		}
 	}

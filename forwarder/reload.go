@@ -9,8 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
 // forwardsPoll is how often FORWARDS_FILE is looked at: the launcher
@@ -18,27 +19,11 @@ import (
 // agent well within a second.
 const forwardsPoll = 100 * time.Millisecond
 
-// fileStamp is what stat says about a file: a rename over it shows as a new
-// inode, an edit in place as a new size or mtime.
-type fileStamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func stampOf(fi os.FileInfo) fileStamp {
-	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.dev, s.ino = uint64(st.Dev), st.Ino
-	}
-	return s
-}
-
 // forwardsFile is FORWARDS_FILE: the same syntax as FORWARDS, read at
 // start and then whenever it changes.
 type forwardsFile struct {
 	path  string
-	stamp fileStamp
+	stamp filestamp.Stamp
 	sum   [32]byte
 }
 
@@ -49,7 +34,7 @@ func (f *forwardsFile) read() ([]forward, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("cannot read FORWARDS_FILE: %w", err)
 	}
-	st := stampOf(fi)
+	st := filestamp.Of(fi)
 	if st == f.stamp {
 		return nil, false, nil
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
 const (
@@ -82,27 +84,11 @@ func behindFront(conf []byte, backend netip.AddrPort) []byte {
 	return out.Bytes()
 }
 
-// fileStamp is what stat says about a file: a rename over it shows as a
-// new inode, an edit in place as a new size or mtime.
-type fileStamp struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-}
-
-func stampOf(fi os.FileInfo) fileStamp {
-	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.dev, s.ino = uint64(st.Dev), st.Ino
-	}
-	return s
-}
-
 // configWatcher polls the watched files and passes each change that its
 // check accepts to the supervisor.
 type configWatcher struct {
 	files  []watched
-	stamps []fileStamp
+	stamps []filestamp.Stamp
 	sums   [][32]byte
 	// runCheck runs a check and returns its output; tests replace it.
 	runCheck func(ctx context.Context, argv []string) (string, error)
@@ -112,7 +98,7 @@ type configWatcher struct {
 func newConfigWatcher(files []watched, logger *log.Logger) *configWatcher {
 	return &configWatcher{
 		files:    files,
-		stamps:   make([]fileStamp, len(files)),
+		stamps:   make([]filestamp.Stamp, len(files)),
 		sums:     make([][32]byte, len(files)),
 		runCheck: runCheck,
 		log:      logger,
@@ -138,7 +124,7 @@ func (w *configWatcher) prepare() error {
 				return err
 			}
 		}
-		w.stamps[i], w.sums[i] = stampOf(fi), sha256.Sum256(b)
+		w.stamps[i], w.sums[i] = filestamp.Of(fi), sha256.Sum256(b)
 	}
 	return nil
 }
@@ -184,7 +170,7 @@ func (w *configWatcher) poll(ctx context.Context) []reload {
 	var out []reload
 	for i, f := range w.files {
 		fi, err := os.Stat(f.path)
-		if err != nil || stampOf(fi) == w.stamps[i] {
+		if err != nil || filestamp.Of(fi) == w.stamps[i] {
 			// A file that is gone is the launcher tearing the session
 			// down; the children keep what they have.
 			continue
@@ -193,7 +179,7 @@ func (w *configWatcher) poll(ctx context.Context) []reload {
 		if err != nil {
 			continue
 		}
-		w.stamps[i] = stampOf(fi)
+		w.stamps[i] = filestamp.Of(fi)
 		sum := sha256.Sum256(b)
 		if sum == w.sums[i] {
 			continue
