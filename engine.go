@@ -135,8 +135,9 @@ func (podmanEngine) NetworkRemove(ctx context.Context, name string) error {
 }
 
 func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
-	if ok, err := volumes.Exists(ctx, name, nil); err == nil && ok {
-		return checkVolumeIsOurs(ctx, name)
+	// One inspect, not exists then inspect: this runs at every start.
+	if v, err := volumes.Inspect(ctx, name, nil); err == nil {
+		return checkVolumeIsOurs(ctx, name, v.Labels)
 	}
 	_, err := volumes.Create(ctx, entities.VolumeCreateOptions{Name: name, Labels: labels}, nil)
 	if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -163,12 +164,8 @@ func (v volumeNotOurs) Error() string {
 // checkVolumeIsOurs refuses a volume that containers other than
 // agent-sandbox's use. One that agent-sandbox made, or that nothing uses
 // (made beforehand with `podman volume create`), is the user's home.
-func checkVolumeIsOurs(ctx context.Context, name string) error {
-	v, err := volumes.Inspect(ctx, name, nil)
-	if err != nil {
-		return fmt.Errorf("inspect volume %s: %w", name, err)
-	}
-	if v.Labels[labelShared] == "true" {
+func checkVolumeIsOurs(ctx context.Context, name string, labels map[string]string) error {
+	if labels[labelShared] == "true" {
 		return nil
 	}
 	cs, err := containers.List(ctx, new(containers.ListOptions).WithAll(true).
