@@ -435,23 +435,10 @@ func takeInventory(t *testing.T) inventory {
 // helperProcesses are this user's podman helpers on the host; a leaked one
 // outlives its session.
 func helperProcesses() []string {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var out []string
-	for _, p := range procs {
-		fi, err := os.Stat(filepath.Dir(p))
-		if err != nil {
-			continue
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
-			continue
-		}
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		base := filepath.Base(args[0])
-		cmdline := strings.Join(args, " ")
+	for _, p := range userProcesses() {
+		base := filepath.Base(p.args[0])
+		cmdline := strings.Join(p.args, " ")
 		switch {
 		case base == "conmon", base == "slirp4netns", strings.HasPrefix(base, "pasta"), base == "rootlessport", base == "aardvark-dns":
 		case strings.Contains(cmdline, "system service"):
@@ -459,8 +446,7 @@ func helperProcesses() []string {
 		default:
 			continue
 		}
-		pid := filepath.Base(filepath.Dir(p))
-		out = append(out, base+" (pid "+pid+")")
+		out = append(out, fmt.Sprintf("%s (pid %d)", base, p.pid))
 	}
 	return out
 }

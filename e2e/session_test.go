@@ -367,8 +367,27 @@ var sessionLabelValue = regexp.MustCompile(regexp.QuoteMeta(sessionLabel) + `[:=
 // apiServices finds this user's `podman system service` processes serving a
 // socket in a launcher temp dir.
 func apiServices() []string {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var out []string
+	for _, p := range userProcesses() {
+		cmdline := strings.Join(p.args, " ")
+		if strings.Contains(cmdline, "system service") && strings.Contains(cmdline, "/agent-sandbox-") {
+			out = append(out, fmt.Sprintf("pid %d: %s", p.pid, cmdline))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// process is one of this user's processes: its pid and its arguments.
+type process struct {
+	pid  int
+	args []string
+}
+
+// userProcesses lists the processes of the user running the tests.
+func userProcesses() []process {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []process
 	for _, p := range procs {
 		fi, err := os.Stat(filepath.Dir(p))
 		if err != nil {
@@ -378,16 +397,12 @@ func apiServices() []string {
 			continue
 		}
 		b, err := os.ReadFile(p)
-		if err != nil {
+		if err != nil || len(b) == 0 {
 			continue
 		}
-		cmdline := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
-		if strings.Contains(cmdline, "system service") && strings.Contains(cmdline, "/agent-sandbox-") {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			out = append(out, fmt.Sprintf("pid %d: %s", pid, cmdline))
-		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		out = append(out, process{pid, strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")})
 	}
-	slices.Sort(out)
 	return out
 }
 
