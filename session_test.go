@@ -188,6 +188,9 @@ func TestSessionSpecs(t *testing.T) {
 	if !sess.Internal || sess.DNSEnabled {
 		t.Errorf("session network internal=%v dns=%v, want internal with podman's DNS off", sess.Internal, sess.DNSEnabled)
 	}
+	if mtu := sess.Options["mtu"]; mtu != sessionMTU {
+		t.Errorf("session network mtu %q, want %s", mtu, sessionMTU)
+	}
 	if eg := eng.networks[egressNet]; eg.Internal || !eg.DNSEnabled {
 		t.Errorf("egress network internal=%v dns=%v, want a DNS-enabled bridge", eg.Internal, eg.DNSEnabled)
 	}
