@@ -58,7 +58,7 @@ wait_ready() {
 	die "$1 never said '$2'; its log: $out"
 }
 
-podman network create --internal --disable-dns --label "$LABEL" "$name" >/dev/null
+podman network create --internal --disable-dns --opt mtu=65520 --label "$LABEL" "$name" >/dev/null
 subnet=$(podman network inspect "$name" --format '{{range .Subnets}}{{.Subnet}}{{end}}')
 [[ $subnet == *.0/24 ]] || die "session network got $subnet, want an IPv4 /24"
 rip=${subnet%.0/24}.2

@@ -16,11 +16,12 @@ var commands = map[string]func(args []string) error{
 	"client":    runClient,
 	"hyperfine": runHyperfine,
 	"report":    runReport,
+	"perfsplit": runPerfSplit,
 }
 
 func main() {
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: benchkit pki|serve|client|hyperfine|report [flags] (see bench/run)")
+		fmt.Fprintln(os.Stderr, "usage: benchkit pki|serve|client|hyperfine|report|perfsplit [flags] (see bench/run)")
 		os.Exit(2)
 	}
 	if err := commands[os.Args[1]](os.Args[2:]); err != nil {

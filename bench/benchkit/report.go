@@ -357,6 +357,63 @@ func cpu(s samples, w io.Writer) {
 	}
 }
 
+// sessionCPU shows where one session's CPU goes, machine-wide, and what
+// that means for sessions started together: work that needs C CPU-seconds
+// cannot finish on n cores in less than C / n seconds, however it overlaps.
+func sessionCPU(s samples, w io.Writer) {
+	var rows []string
+	total := 0.0
+	for _, c := range cpuParts {
+		if st, ok := s.stat("sesscpu_" + c.key + "_s"); ok && c.key != "idle" {
+			total += st.median
+		}
+	}
+	for _, c := range cpuParts {
+		st, ok := s.stat("sesscpu_" + c.key + "_s")
+		if !ok {
+			continue
+		}
+		started := ""
+		if n, ok := s.stat("sessexec_" + c.key); ok {
+			started = strconv.Itoa(int(n.median))
+		}
+		share := ""
+		if c.key != "idle" && total > 0 {
+			share = fmt.Sprintf("%.0f %%", 100*st.median/total)
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %.2f s | %s | %s |", c.name, st.median, share, started))
+	}
+	busy, okBusy := s.stat("session_busy_s")
+	wall, okWall := s.stat("session_wall_s")
+	eight, okEight := s.stat("eight_busy_s")
+	eightWall, okEightWall := s.stat("eight_wall_s")
+	if len(rows) == 0 && !okBusy {
+		return
+	}
+	fmt.Fprint(w, "\n### Where one session's CPU goes\n")
+	if len(rows) > 0 {
+		fmt.Fprintf(w, "\nOne `agent-sandbox --exec true` sampled machine-wide by `perf record -a` (CPU-seconds, both cores; busy: %.2f s; a process's share is by its command and, for podman, by who started it):\n\n", total)
+		fmt.Fprintln(w, "| part | CPU | of busy | processes started |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|")
+		for _, r := range rows {
+			fmt.Fprintln(w, r)
+		}
+	}
+	if !okBusy || !okWall {
+		return
+	}
+	cores, _ := strconv.ParseFloat(s.param("cores", "2"), 64)
+	n, _ := strconv.ParseFloat(s.param("scale_sessions", "8"), 64)
+	fmt.Fprintf(w, "\nThe whole machine's CPU time (from /proc/stat) while one session ran alone: %.2f s (%.2f–%.2f, n=%d) in %.2f s of wall time, %.0f %% of its %g cores.",
+		busy.median, busy.lo, busy.hi, busy.n, wall.median, 100*busy.median/(wall.median*cores), cores)
+	if okEight && okEightWall {
+		fmt.Fprintf(w, " %g sessions at once: %.2f s of CPU (%.2f s each) in %.2f s.", n, eight.median, eight.median/n, eightWall.median)
+	}
+	floor := n * busy.median / cores
+	fmt.Fprintf(w, " So %g sessions need at least %g × %.2f s / %g cores = %.2f s however well they overlap: %.1f × one session's wall time.\n",
+		n, n, busy.median, cores, floor, floor/wall.median)
+}
+
 // footprintParts are the per-session processes read from /proc.
 var footprintParts = []struct{ key, name string }{
 	{"router", "router container (podman-init, routerd, dnsmasq, nginx master + worker)"},
@@ -634,6 +691,7 @@ func runReport(args []string) error {
 		}
 	}
 	cpu(s, w)
+	sessionCPU(s, w)
 	dataRounds(s, w)
 	smallSteps(s, w)
 	relayCPU(s, w)
