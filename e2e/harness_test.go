@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/e2e/internal/testpki"
+	"github.com/agent-sandbox/agent-sandbox/internal/testpki"
 )
 
 const (

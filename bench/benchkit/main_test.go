@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/dnsserve"
 )
 
 func TestZone(t *testing.T) {
@@ -49,7 +51,7 @@ func TestServeAndClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	go serveDNSUDP(pc, z)
+	go dnsserve.UDP(pc, z.answer)
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/dnsserve"
 )
 
 const serveReady = "benchkit: serving"
@@ -60,8 +61,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return fmt.Errorf("https: %w", err)
 	}
-	go serveDNSUDP(pc, z)
-	go serveDNSTCP(tl, z)
+	go dnsserve.UDP(pc, z.answer)
+	go dnsserve.TCP(tl, 10*time.Second, z.answer, nil)
 	srv := blobServer(pair)
 	go func() { _ = srv.ServeTLS(hl, "", "") }()
 	fmt.Printf("%s dns=%s https=%s\n", serveReady, pc.LocalAddr(), hl.Addr())
@@ -165,7 +166,7 @@ func (z *zone) lookup(name string) (netip.Addr, bool) {
 
 // answer builds the reply to one query: A records for zone names, an empty
 // answer for their other types, NXDOMAIN for everything else.
-func (z *zone) answer(req []byte) []byte {
+func (z *zone) answer(req []byte, _ string, _ net.Addr) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(req)
 	if err != nil || h.Response {
@@ -196,53 +197,4 @@ func (z *zone) answer(req []byte) []byte {
 		return nil
 	}
 	return out
-}
-
-func serveDNSUDP(pc net.PacketConn, z *zone) {
-	buf := make([]byte, 65535)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		if resp := z.answer(buf[:n]); resp != nil {
-			_, _ = pc.WriteTo(resp, from)
-		}
-	}
-}
-
-func serveDNSTCP(l net.Listener, z *zone) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		go func() {
-			defer c.Close()
-			for {
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				var size [2]byte
-				if _, err := io.ReadFull(c, size[:]); err != nil {
-					return
-				}
-				msg := make([]byte, binary.BigEndian.Uint16(size[:]))
-				if _, err := io.ReadFull(c, msg); err != nil {
-					return
-				}
-				resp := z.answer(msg)
-				if resp == nil {
-					return
-				}
-				if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(resp))), resp...)); err != nil {
-					return
-				}
-			}
-		}()
-	}
 }

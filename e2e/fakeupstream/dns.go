@@ -1,13 +1,12 @@
 package main
 
 import (
-	"encoding/binary"
-	"errors"
-	"io"
 	"net"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/dnsserve"
 )
 
 // dnsServer is authoritative for its zone only and never recurses, so a query
@@ -17,61 +16,17 @@ type dnsServer struct {
 	log  *eventLog
 }
 
-func (s *dnsServer) serveUDP(pc net.PacketConn) {
-	buf := make([]byte, 65535)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		if resp := s.answer(buf[:n], "udp", from.String()); resp != nil {
-			_, _ = pc.WriteTo(resp, from)
-		}
-	}
-}
-
-func (s *dnsServer) serveTCP(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		go s.serveTCPConn(c)
-	}
-}
-
-func (s *dnsServer) serveTCPConn(c net.Conn) {
-	defer c.Close()
-	for {
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		var size [2]byte
-		if _, err := io.ReadFull(c, size[:]); err != nil {
-			return
-		}
-		msg := make([]byte, binary.BigEndian.Uint16(size[:]))
-		if _, err := io.ReadFull(c, msg); err != nil {
-			s.log.printf("dns tcp truncated from=%s data=%q", c.RemoteAddr(), msg)
-			return
-		}
-		resp := s.answer(msg, "tcp", c.RemoteAddr().String())
-		if resp == nil {
-			return
-		}
-		out := binary.BigEndian.AppendUint16(nil, uint16(len(resp)))
-		if _, err := c.Write(append(out, resp...)); err != nil {
-			return
-		}
-	}
+// serve answers on both transports until they are closed.
+func (s *dnsServer) serve(pc net.PacketConn, l net.Listener) {
+	go dnsserve.UDP(pc, s.answer)
+	go dnsserve.TCP(l, 30*time.Second, s.answer, func(from net.Addr, partial []byte) {
+		s.log.printf("dns tcp truncated from=%s data=%q", from, partial)
+	})
 }
 
 // answer logs every question and builds the reply; nil means "drop".
-func (s *dnsServer) answer(req []byte, transport, from string) []byte {
+func (s *dnsServer) answer(req []byte, transport string, fromAddr net.Addr) []byte {
+	from := fromAddr.String()
 	var p dnsmessage.Parser
 	hdr, err := p.Start(req)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agent-sandbox/agent-sandbox/e2e/internal/testpki"
+	"github.com/agent-sandbox/agent-sandbox/internal/testpki"
 )
 
 type options struct {
@@ -168,8 +168,7 @@ func (r *running) startDNS(addr string, z *zone) error {
 	r.add(l)
 	r.dnsUDP, r.dnsTCP = pc, l
 	s := &dnsServer{zone: z, log: r.log}
-	go s.serveUDP(pc)
-	go s.serveTCP(l)
+	s.serve(pc, l)
 	return nil
 }
 

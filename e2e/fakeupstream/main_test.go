@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/agent-sandbox/agent-sandbox/e2e/internal/testpki"
+	"github.com/agent-sandbox/agent-sandbox/internal/testpki"
 )
 
 type syncBuf struct {

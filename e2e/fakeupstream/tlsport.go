@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/e2e/internal/testpki"
+	"github.com/agent-sandbox/agent-sandbox/internal/testpki"
 )
 
 // tlsServer logs the SNI of every ClientHello (even when the handshake then

@@ -1,5 +1,6 @@
 // Package testpki makes the throwaway CA and server certificates that let the
-// e2e suite's fake upstream speak real TLS to clients that verify it.
+// e2e suite's fake upstream and the benchmark's speak real TLS to clients
+// that verify them.
 package testpki
 
 import (
@@ -35,7 +36,7 @@ func NewCA() (*CA, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "agent-sandbox e2e test CA"},
+		Subject:               pkix.Name{CommonName: "agent-sandbox test CA"},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
