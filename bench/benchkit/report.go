@@ -248,20 +248,13 @@ func relayCPU(s samples, w io.Writer) {
 		}
 		out = append(out, fmt.Sprintf("| %s | %.2f s (%.2f–%.2f, n=%d) | %s |", r.name, c.median, c.lo, c.hi, c.n, sys))
 	}
-	if len(out) == 0 {
-		return
-	}
 	wall := ""
 	if st, ok := s.stat("wall_profile_s"); ok {
 		wall = fmt.Sprintf(", %.2f s of wall time on %s cores", st.median, s.param("cores", "2"))
 	}
-	fmt.Fprintf(w, "\nCPU spent on one round of the data path (%s MiB down, %s MiB up, %s small requests%s), by process:\n\n",
-		s.param("data_mib", "256"), s.param("data_mib", "256"), s.param("small_requests", "200"), wall)
-	fmt.Fprintln(w, "| process | CPU (user + system) | of which system |")
-	fmt.Fprintln(w, "|---|---:|---:|")
-	for _, l := range out {
-		fmt.Fprintln(w, l)
-	}
+	writeTable(w, fmt.Sprintf("CPU spent on one round of the data path (%s MiB down, %s MiB up, %s small requests%s), by process:",
+		s.param("data_mib", "256"), s.param("data_mib", "256"), s.param("small_requests", "200"), wall),
+		"| process | CPU (user + system) | of which system |", "|---|---:|---:|", out)
 }
 
 // dataRounds shows each data-path round's own ratio: direct and sandbox
@@ -287,15 +280,8 @@ func dataRounds(s samples, w io.Writer) {
 		}
 		out = append(out, fmt.Sprintf("| %s | %s |", r.name, strings.Join(ratios, ", ")))
 	}
-	if len(out) == 0 {
-		return
-	}
-	fmt.Fprint(w, "\nEach data-path round's own ratio, sandbox / direct, in the order run:\n\n")
-	fmt.Fprintln(w, "| measurement | ratio per round |")
-	fmt.Fprintln(w, "|---|---|")
-	for _, l := range out {
-		fmt.Fprintln(w, l)
-	}
+	writeTable(w, "Each data-path round's own ratio, sandbox / direct, in the order run:",
+		"| measurement | ratio per round |", "|---|---|", out)
 }
 
 // smallSteps places the small requests' time: the client's median of
@@ -314,15 +300,8 @@ func smallSteps(s samples, w io.Writer) {
 		}
 		out = append(out, fmt.Sprintf("| %s | %.2f ms | %.2f ms | %+.2f ms |", st.name, d.median, b.median, b.median-d.median))
 	}
-	if len(out) == 0 {
-		return
-	}
-	fmt.Fprint(w, "\nWhere a small request's time goes (the client's median per request, median over the rounds):\n\n")
-	fmt.Fprintln(w, "| step | direct | sandbox | sandbox − direct |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|")
-	for _, l := range out {
-		fmt.Fprintln(w, l)
-	}
+	writeTable(w, "Where a small request's time goes (the client's median per request, median over the rounds):",
+		"| step | direct | sandbox | sandbox − direct |", "|---|---:|---:|---:|", out)
 }
 
 // cpu shows what each timed command cost in CPU: on a shared two-core
@@ -346,14 +325,20 @@ func cpu(s samples, w io.Writer) {
 			out = append(out, fmt.Sprintf("| %s | %.3f s |", r.name, c.median))
 		}
 	}
-	if len(out) == 0 {
+	writeTable(w, "CPU time (user + system) of each command and the children it waited for, as hyperfine reports it (median; conmon and the containers are not its children, so they are not in it), and of one session's launcher and service:",
+		"| command | CPU |", "|---|---:|", out)
+}
+
+// writeTable writes intro and a markdown table of rows under header and
+// rule, or nothing when there are no rows: a part that did not run leaves
+// no empty table.
+func writeTable(w io.Writer, intro, header, rule string, rows []string) {
+	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nCPU time (user + system) of each command and the children it waited for, as hyperfine reports it (median; conmon and the containers are not its children, so they are not in it), and of one session's launcher and service:\n\n")
-	fmt.Fprintln(w, "| command | CPU |")
-	fmt.Fprintln(w, "|---|---:|")
-	for _, l := range out {
-		fmt.Fprintln(w, l)
+	fmt.Fprintf(w, "\n%s\n\n%s\n%s\n", intro, header, rule)
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
 	}
 }
 
@@ -391,14 +376,8 @@ func sessionCPU(s samples, w io.Writer) {
 		return
 	}
 	fmt.Fprint(w, "\n### Where one session's CPU goes\n")
-	if len(rows) > 0 {
-		fmt.Fprintf(w, "\nOne `agent-sandbox --exec true` sampled machine-wide by `perf record -a` (CPU-seconds, both cores; busy: %.2f s; a process's share is by its command and, for podman, by who started it):\n\n", total)
-		fmt.Fprintln(w, "| part | CPU | of busy | processes started |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|")
-		for _, r := range rows {
-			fmt.Fprintln(w, r)
-		}
-	}
+	writeTable(w, fmt.Sprintf("One `agent-sandbox --exec true` sampled machine-wide by `perf record -a` (CPU-seconds, both cores; busy: %.2f s; a process's share is by its command and, for podman, by who started it):", total),
+		"| part | CPU | of busy | processes started |", "|---|---:|---:|---:|", rows)
 	if !okBusy || !okWall {
 		return
 	}
