@@ -478,8 +478,8 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	}
 	var died helperDied
 	if errors.As(err, &died) {
-		warn("%v; the session ends rather than run without it. Its last log lines:\n%s",
-			err, eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 10))
+		warn("%v; the session ends rather than run without it. Its log says:\n%s",
+			err, logExcerpt(eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 0), 10))
 		return exitPodman
 	}
 	return fail(err)
@@ -617,7 +617,9 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 // stays, minus what could touch the network, so nested containers work.
 func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig) *specgen.SpecGenerator {
 	c := newSpec(image, names.agent, labels)
-	c.Remove = ptr(true)
+	// No auto-remove: under load podman's cleanup removed the exited
+	// container before the launcher's wait, and its exit code was lost.
+	// Teardown removes it with the pod.
 	c.Stdin = ptr(true)
 	c.Terminal = ptr(cfg.tty)
 	c.Init = ptr(true)
@@ -687,7 +689,7 @@ func startReady(ctx context.Context, eng engine, name, ready string) int {
 	if !errors.Is(err, errNotReady) {
 		return fail(err)
 	}
-	warn("%v; its last log lines:\n%s", err, eng.ContainerLogs(context.WithoutCancel(ctx), name, 10))
+	warn("%v; its log says:\n%s", err, logExcerpt(eng.ContainerLogs(context.WithoutCancel(ctx), name, 0), 10))
 	return exitRefused
 }
 

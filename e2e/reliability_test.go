@@ -410,6 +410,53 @@ cat mine.txt`, nonces[i], nonces[i], agentLoop))}
 	})
 }
 
+// exitRounds is how many rounds of eight short sessions the exit-code row
+// runs; AGENT_SANDBOX_E2E_EXIT_ROUNDS raises it for a soak by hand.
+func exitRounds(t *testing.T) int {
+	n, err := strconv.Atoi(envOr("AGENT_SANDBOX_E2E_EXIT_ROUNDS", "3"))
+	if err != nil || n < 1 {
+		t.Fatalf("AGENT_SANDBOX_E2E_EXIT_ROUNDS=%q: want a positive number", os.Getenv("AGENT_SANDBOX_E2E_EXIT_ROUNDS"))
+	}
+	return n
+}
+
+func TestReliabilityConcurrentExitCodes(t *testing.T) {
+	row(t, "rounds of eight short sessions at once: every agent's exit code comes back", func(t *testing.T) {
+		// A short agent exits while podman is busy with seven other
+		// sessions: the exit code must survive however quickly the
+		// container is cleaned up after it.
+		const n = 8
+		vol := homeVolume(t)
+		base := takeInventory(t)
+		rounds := exitRounds(t)
+		lost := 0
+		for round := range rounds {
+			ls := make([]*launcher, n)
+			want := make([]int, n)
+			nonces := make([]string, n)
+			for i := range ls {
+				want[i] = 3 + (round*n+i)%100
+				nonces[i] = newNonce(t)
+				ls[i] = startLauncher(t, relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: agentCmd(fmt.Sprintf(
+					"curl -sS --max-time 20 --cacert ./ca.pem https://allowed.test/%s >/dev/null && echo ran-%s; exit %d", nonces[i], nonces[i], want[i]))})
+			}
+			for i, l := range ls {
+				l.wait()
+				if l.Code != want[i] {
+					lost++
+					t.Errorf("round %d, session %d: exit code %d, want the agent's %d; stderr:\n%s", round, i, l.Code, want[i], indent(l.Stderr()))
+				}
+				if !strings.Contains(l.Stdout(), "ran-"+nonces[i]) {
+					t.Errorf("round %d, session %d: the agent did not reach allowed.test and print its nonce; stdout %q", round, i, l.Stdout())
+				}
+			}
+		}
+		t.Logf("%d rounds of %d sessions: %d exit codes lost", rounds, n, lost)
+		assertNoLeftovers(t)
+		wantInventory(t, base, "after the rounds", vol)
+	})
+}
+
 func runningContainers(t *testing.T) []string {
 	t.Helper()
 	out, err := podman("ps", "--format", "{{.Names}}")
