@@ -20,13 +20,15 @@ func run(ctx context.Context, args []string) int {
 
 func newRootCommand(ctx context.Context, code *int) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--env NAME]... [--exec CMD [ARGS...] | claude args...]",
+		Use:   "agent-sandbox [--env NAME | --home VOLUME]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
 way out is a per-session router that answers and forwards the hosts named in
 the allowlist. Nothing of your environment is passed in unless you name it
-with --env, before --exec or claude's own arguments.`,
+with --env, before --exec or claude's own arguments. Each project directory
+has a home volume of its own at /home/claude; --home VOLUME (or
+AGENT_SANDBOX_HOME_VOLUME) names one to share instead.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
@@ -57,19 +59,7 @@ with --env, before --exec or claude's own arguments.`,
 			fmt.Fprintln(cmd.OutOrStdout(), v)
 		},
 	})
-	root.AddCommand(&cobra.Command{
-		Use:   "gc",
-		Short: "Remove what sessions whose launcher was killed left behind",
-		Long: `gc removes the containers, pods, networks and temp dirs of sessions whose
-launcher no longer runs. Every session also does this when it starts. Objects
-without agent-sandbox's session label, and sessions whose launcher still
-runs, are never touched.`,
-		Example: "  agent-sandbox gc",
-		Args:    cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			*code = gc(ctx, cmd.OutOrStdout())
-		},
-	})
+	root.AddCommand(newGCCommand(ctx, code))
 	root.AddCommand(&cobra.Command{
 		Use:     "log",
 		Aliases: []string{"watch"},
@@ -119,5 +109,27 @@ layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default
 	}
 	cmd.Flags().StringVar(&only, "only", "", "build one image: sandbox or router")
 	cmd.Flags().BoolVar(&noCache, "no-cache", false, "run every step again instead of using podman's layer cache")
+	return reportFlagErrors(cmd)
+}
+
+func newGCCommand(ctx context.Context, code *int) *cobra.Command {
+	var homes bool
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what sessions whose launcher was killed left behind",
+		Long: `gc removes the containers, pods, networks and temp dirs of sessions whose
+launcher no longer runs. Every session also does this when it starts. Objects
+without agent-sandbox's session label, and sessions whose launcher still
+runs, are never touched. It also lists the home volumes of projects whose
+directory no longer exists; --homes removes them (with whatever the agent
+kept there, such as a Claude login).`,
+		Example: `  agent-sandbox gc
+  agent-sandbox gc --homes`,
+		Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			*code = gc(ctx, cmd.OutOrStdout(), homes)
+		},
+	}
+	cmd.Flags().BoolVar(&homes, "homes", false, "also remove the home volumes of projects that no longer exist")
 	return reportFlagErrors(cmd)
 }

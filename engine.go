@@ -53,6 +53,10 @@ type engine interface {
 	FollowLogs(ctx context.Context, name string, since time.Time, line func(string)) error
 	// ListLabelled lists the pods, containers and networks carrying label.
 	ListLabelled(ctx context.Context, label string) ([]labelledObject, error)
+	// ListVolumes lists the volumes carrying label.
+	ListVolumes(ctx context.Context, label string) ([]volumeInfo, error)
+	// VolumeRemove removes a volume that no container uses.
+	VolumeRemove(ctx context.Context, name string) error
 	// ImageExists reports whether an image is in local storage.
 	ImageExists(ctx context.Context, name string) (bool, error)
 	// ImageBuild builds and tags an image, writing podman's build output
@@ -346,6 +350,31 @@ func (podmanEngine) ListLabelled(ctx context.Context, label string) ([]labelledO
 		out = append(out, labelledObject{kind: "network", name: n.Name, labels: n.Labels})
 	}
 	return out, nil
+}
+
+// volumeInfo is a volume's name and labels.
+type volumeInfo struct {
+	name   string
+	labels map[string]string
+}
+
+func (podmanEngine) ListVolumes(ctx context.Context, label string) ([]volumeInfo, error) {
+	vs, err := volumes.List(ctx, new(volumes.ListOptions).WithFilters(map[string][]string{"label": {label}}))
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	out := make([]volumeInfo, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, volumeInfo{name: v.Name, labels: v.Labels})
+	}
+	return out, nil
+}
+
+func (podmanEngine) VolumeRemove(ctx context.Context, name string) error {
+	if err := volumes.Remove(ctx, name, nil); err != nil {
+		return fmt.Errorf("remove volume %s: %w", name, err)
+	}
+	return nil
 }
 
 func (podmanEngine) ImageExists(ctx context.Context, name string) (bool, error) {

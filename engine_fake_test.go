@@ -40,8 +40,9 @@ type fakeEngine struct {
 	logs map[string]string
 	// foreignVolumes exist without agent-sandbox's label, with these users.
 	foreignVolumes map[string][]string
-	// labelled is what ListLabelled returns.
+	// labelled is what ListLabelled returns, volumes what ListVolumes does.
 	labelled []labelledObject
+	volumes  []volumeInfo
 
 	networks   map[string]*types.Network
 	containers map[string]*specgen.SpecGenerator
@@ -176,6 +177,17 @@ func (f *fakeEngine) ListLabelled(_ context.Context, label string) ([]labelledOb
 		return nil, err
 	}
 	return f.labelled, nil
+}
+
+func (f *fakeEngine) ListVolumes(_ context.Context, label string) ([]volumeInfo, error) {
+	if err := f.record("ListVolumes", label); err != nil {
+		return nil, err
+	}
+	return f.volumes, nil
+}
+
+func (f *fakeEngine) VolumeRemove(_ context.Context, name string) error {
+	return f.record("VolumeRemove", name)
 }
 
 func (f *fakeEngine) ImageExists(_ context.Context, name string) (bool, error) {

@@ -25,6 +25,10 @@ func TestParseLaunchArgs(t *testing.T) {
 		{[]string{"--env"}, nil, nil, "--env needs a variable name"},
 		{[]string{"--env", "MISSING"}, nil, nil, "MISSING is not set in your environment"},
 		{[]string{"--env", "A=b"}, nil, nil, "not a variable name"},
+		{[]string{"--home", "shared-home", "--env", "ANTHROPIC_API_KEY"}, []string{"claude"}, map[string]string{"ANTHROPIC_API_KEY": "sk-test"}, ""},
+		{[]string{"--home=shared-home", "--exec", "true"}, []string{"true"}, map[string]string{}, ""},
+		{[]string{"--home"}, nil, nil, "--home needs a volume name"},
+		{[]string{"--home", "../x"}, nil, nil, "not a volume name"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			la, err := parseLaunchArgs(tc.args, getenv)
@@ -39,6 +43,9 @@ func TestParseLaunchArgs(t *testing.T) {
 			}
 			if !slices.Equal(la.cmd, tc.cmd) || !maps.Equal(la.env, tc.env) {
 				t.Fatalf("got cmd %q env %v, want %q %v", la.cmd, la.env, tc.cmd, tc.env)
+			}
+			if want := map[bool]string{true: "shared-home"}[slices.ContainsFunc(tc.args, func(a string) bool { return strings.HasPrefix(a, "--home") })]; la.home != want {
+				t.Fatalf("home = %q, want %q", la.home, want)
 			}
 		})
 	}

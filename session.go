@@ -85,6 +85,13 @@ type sessionConfig struct {
 	upstreamDNS   string
 	upstreamAllow string
 	egress        string // the shared egress network; "" for egressNet
+	homeVolume    string // the volume at /home/claude
+	homeLabels    map[string]string
+	// tree is what the launch dir held at start (sockets refuse it; git
+	// dirs and agent settings are mounted read-only); stamps are the
+	// digests of the files in it that the host would run.
+	tree   launchTree
+	stamps fileStamps
 }
 
 func (c sessionConfig) egressNetwork() string {
@@ -100,24 +107,40 @@ type launchArgs struct {
 	// env is passed into the agent explicitly; nothing of the host's
 	// environment is by default.
 	env map[string]string
+	// home is the volume --home names; "" for the default.
+	home string
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// parseLaunchArgs takes `[--env NAME]... [--exec CMD ARGS... | claude args...]`.
+// parseLaunchArgs takes `[--env NAME | --home VOLUME]... [--exec CMD ARGS... | claude args...]`.
 // Everything after the launcher's options belongs to the agent.
 func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
 	la := launchArgs{env: map[string]string{}}
-	for len(args) > 0 && (args[0] == "--env" || strings.HasPrefix(args[0], "--env=")) {
-		name, inline := strings.CutPrefix(args[0], "--env=")
+	for len(args) > 0 {
+		opt, value, inline := strings.Cut(args[0], "=")
+		if opt != "--env" && opt != "--home" {
+			break
+		}
 		if inline {
 			args = args[1:]
 		} else {
 			if len(args) < 2 {
+				if opt == "--home" {
+					return la, errors.New("--home needs a volume name, as in: agent-sandbox --home agent-sandbox-home")
+				}
 				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
 			}
-			name, args = args[1], args[2:]
+			value, args = args[1], args[2:]
 		}
+		if opt == "--home" {
+			if !volumeName.MatchString(value) {
+				return la, fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
+			}
+			la.home = value
+			continue
+		}
+		name := value
 		if !envName.MatchString(name) {
 			return la, fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", name)
 		}
@@ -150,6 +173,7 @@ func launch(ctx context.Context, args []string) int {
 		return exitRefused
 	}
 	cfg.env = la.env
+	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, os.Getenv("AGENT_SANDBOX_HOME_VOLUME"), cfg.launchDir)
 
 	runtimeDir, err := xdgRuntimeDir()
 	if err != nil {
@@ -246,14 +270,19 @@ func withCommandService(ctx context.Context, fn func(ctx context.Context, eng en
 	})
 }
 
-// gc removes what killed sessions left behind and returns the exit code.
-func gc(ctx context.Context, out io.Writer) int {
+// gc removes what killed sessions left behind and lists (with homes,
+// removes) the homes of projects that no longer exist. It returns the exit
+// code.
+func gc(ctx context.Context, out io.Writer, homes bool) int {
 	return withCommandService(ctx, func(opCtx context.Context, eng engine, dir, _ string) int {
 		removed, err := collectGarbage(opCtx, eng, dir)
 		for _, r := range removed {
 			fmt.Fprintln(out, "removed", r)
 		}
 		if err != nil {
+			return fail(err)
+		}
+		if err := collectHomes(opCtx, eng, out, homes); err != nil {
 			return fail(err)
 		}
 		return 0
@@ -271,13 +300,25 @@ func prepare(cmd []string) (sessionConfig, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("cannot find the current directory: %w", err)
 	}
-	if strings.Contains(pwd, ":") {
-		return cfg, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", pwd)
+	// What is checked is what is mounted: the path with every link
+	// resolved, so that no link is followed again at the mount.
+	dir := realpath(pwd)
+	for _, p := range []string{pwd, dir} {
+		if strings.Contains(p, ":") {
+			return cfg, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", p)
+		}
 	}
 	allowlist := allowlistPath()
-	if err := checkLaunchDir(pwd, allowlist); err != nil {
+	if err := checkLaunchDir(dir, allowlist); err != nil {
 		return cfg, err
 	}
+	if cfg.tree, err = scanLaunchDir(dir, launchScanBound); err != nil {
+		return cfg, err
+	}
+	if err := socketRefusal(dir, cfg.tree); err != nil {
+		return cfg, err
+	}
+	cfg.stamps = stampTree(dir, cfg.tree)
 	if err := ensureAllowlist(allowlist); err != nil {
 		return cfg, err
 	}
@@ -295,7 +336,7 @@ func prepare(cmd []string) (sessionConfig, error) {
 		return cfg, err
 	}
 	cfg.egress = os.Getenv("AGENT_SANDBOX_EGRESS_NETWORK")
-	cfg.launchDir = pwd
+	cfg.launchDir = dir
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	cfg.name = newSessionName()
 	return cfg, nil
@@ -361,7 +402,7 @@ func namesFor(session string) sessionNames {
 // and removes all of it again. It returns the process exit code.
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 	image, routerImage := imageNames()
-	homeVolume := envOr("AGENT_SANDBOX_HOME_VOLUME", "agent-sandbox-home")
+	homeVolume := cfg.homeVolume
 	egress := cfg.egressNetwork()
 	names := namesFor(cfg.name)
 	labels := sessionLabels(cfg.name)
@@ -384,6 +425,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 			// meanwhile needs no advice.
 			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), files.entries())
 			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
+			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, leftForHost(cfg)))
 		}
 		// The pod and the router are independent; the network goes last
 		// since both are attached to it.
@@ -394,13 +436,23 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		_ = eng.NetworkRemove(tctx, names.session)
 	}()
 
+	// Before anything is created: a session inside a running session's
+	// launch dir could be made to mount what that agent chooses.
+	objs, err := eng.ListLabelled(ctx, labelSession)
+	if err != nil {
+		return fail(err)
+	}
+	if err := enclosingSession(cfg.launchDir, objs, ownerAlive); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
 	if code := ensureImages(ctx, eng, cfg.name); code != 0 {
 		return code
 	}
 
 	// The home volume first: a volume of that name that is not ours
 	// refuses the session before anything is created.
-	if err := eng.VolumeCreate(ctx, homeVolume, map[string]string{labelShared: "true"}); err != nil {
+	if err := eng.VolumeCreate(ctx, homeVolume, cfg.homeLabels); err != nil {
 		if errors.As(err, new(volumeNotOurs)) {
 			warn("%v", err)
 			return exitRefused
@@ -630,6 +682,8 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
 	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
 	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
+	paths, emptyDirs := protectedPaths(cfg.launchDir, cfg.tree)
+	c.Mounts = append(c.Mounts, protectionMounts(cfg.launchDir, paths, emptyDirs)...)
 	c.WorkDir = cfg.launchDir
 	c.Env = map[string]string{}
 	for k, v := range cfg.env {
@@ -661,7 +715,10 @@ func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerato
 	s.RawImageName = image
 	s.Name = name
 	s.Labels = labels
-	s.HTTPProxy = ptr(true)
+	// Not the podman service's *_proxy variables: they may carry the
+	// user's proxy credentials, and nothing of the user's environment
+	// reaches a container unless named with --env.
+	s.HTTPProxy = ptr(false)
 	s.SdNotifyMode = define.SdNotifyModeContainer
 	return s
 }
@@ -734,66 +791,6 @@ func ensureAllowlist(path string) error {
 	}
 	warn("created %s from the defaults; edit it to allow more hosts", path)
 	return nil
-}
-
-// checkLaunchDir refuses launch directories that would mount $HOME, the
-// config or the allowlist read-write into the sandbox.
-func checkLaunchDir(pwd, allowlist string) error {
-	pwd = realpath(pwd)
-	if home := os.Getenv("HOME"); home != "" && inside(realpath(home), pwd) {
-		return fmt.Errorf("refusing to mount %s: it is or contains $HOME; start from a project directory", pwd)
-	}
-	for _, dir := range []string{configDir(), filepath.Dir(allowlist), filepath.Dir(realpath(allowlist))} {
-		if dir = realpath(dir); inside(dir, pwd) {
-			return fmt.Errorf("refusing to mount %s: it contains %s, which the agent must not change; start from a project directory", pwd, dir)
-		}
-	}
-	return nil
-}
-
-// inside reports whether path p is dir or lies under it.
-func inside(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
-// realpath resolves every symlink in p the way `realpath -m` does: parts
-// that do not exist are kept as written, and ".." steps back from the
-// resolved path, not the written one.
-func realpath(p string) string {
-	return resolvePath(p, 0)
-}
-
-func resolvePath(p string, depth int) string {
-	if !filepath.IsAbs(p) {
-		wd, _ := os.Getwd()
-		p = wd + "/" + p
-	}
-	parts := strings.Split(p, "/")
-	resolved := "/"
-	for i, part := range parts {
-		if part == "" || part == "." {
-			continue
-		}
-		if part == ".." {
-			resolved = filepath.Dir(resolved)
-			continue
-		}
-		next := filepath.Join(resolved, part)
-		if real, err := filepath.EvalSymlinks(next); err == nil {
-			resolved = real
-			continue
-		}
-		rest := strings.Join(parts[i+1:], "/")
-		// A dangling link still points somewhere: follow it by hand.
-		if target, err := os.Readlink(next); err == nil && depth < 40 {
-			if !filepath.IsAbs(target) {
-				target = resolved + "/" + target
-			}
-			return resolvePath(target+"/"+rest, depth+1)
-		}
-		return filepath.Join(next, rest)
-	}
-	return resolved
 }
 
 // hostAddrs lists this machine's addresses for routerd to refuse: slirp4netns

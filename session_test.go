@@ -30,12 +30,15 @@ func testConfig(t *testing.T) sessionConfig {
 		cmd:           []string{"sh", "-c", "exit 7"},
 		upstreamDNS:   "10.99.0.10",
 		upstreamAllow: "10.99.0.0/24",
+		homeVolume:    "agent-sandbox-home",
+		homeLabels:    map[string]string{labelShared: "true"},
 	}
 }
 
 var (
 	// setupCalls come first and in this order.
 	setupCalls = []string{
+		"ListLabelled agent-sandbox.session",
 		"ImageExists localhost/agent-sandbox:dev",
 		"ImageExists localhost/agent-sandbox-router:dev",
 		"VolumeCreate agent-sandbox-home",
