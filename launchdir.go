@@ -195,7 +195,6 @@ func enclosingSession(dir string, objs []labelledObject, alive func(owner string
 	return nil
 }
 
-
 // realpath resolves every symlink in p the way `realpath -m` does: parts
 // that do not exist are kept as written, and ".." steps back from the
 // resolved path, not the written one.
@@ -235,4 +234,3 @@ func resolvePath(p string, depth int) string {
 	}
 	return resolved
 }
-
