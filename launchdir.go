@@ -105,6 +105,12 @@ func scanLaunchDir(root string, bound scanBound) (launchTree, error) {
 			// either.
 			continue
 		}
+		if isBareRepo(entries) {
+			// A bare repository's hooks run on the host when the user
+			// pushes to it.
+			t.addGitDir(root, dir)
+			continue
+		}
 		for _, e := range entries {
 			if seen++; seen > bound.entries || time.Now().After(deadline) {
 				t.truncated = true
@@ -128,6 +134,19 @@ func scanLaunchDir(root string, bound scanBound) (launchTree, error) {
 		}
 	}
 	return t, nil
+}
+
+// isBareRepo tells a bare repository (or a git dir under another name)
+// by what git itself needs in one.
+func isBareRepo(entries []os.DirEntry) bool {
+	need := map[string]bool{"HEAD": false, "config": false, "objects": true, "refs": true}
+	found := 0
+	for _, e := range entries {
+		if dir, ok := need[e.Name()]; ok && e.IsDir() == dir {
+			found++
+		}
+	}
+	return found == len(need)
 }
 
 // addGitDir records a git directory and the submodules' git directories
