@@ -16,10 +16,13 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
-// watchRecorder runs an allowlistWatcher on a temp file and records what
-// it applies and warns.
+// watchRecorder has an allowlistWatcher follow a temp file and records
+// what it applies and warns. A test either runs the watcher as a session
+// does (startWatch) or has it look at the file when the test says (poll),
+// which needs no waiting: not both.
 type watchRecorder struct {
 	path string
+	w    *allowlistWatcher
 	mu   sync.Mutex
 	// applied gets every list passed to apply.
 	applied  chan []entry
@@ -27,13 +30,14 @@ type watchRecorder struct {
 	fail     error // apply's answer while set
 }
 
-func startWatch(t *testing.T, initial string, current []entry) *watchRecorder {
+// newWatch makes the watcher without running it.
+func newWatch(t *testing.T, initial string, current []entry) *watchRecorder {
 	t.Helper()
 	r := &watchRecorder{path: filepath.Join(t.TempDir(), "allowed-hosts"), applied: make(chan []entry, 16)}
 	if err := os.WriteFile(r.path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := &allowlistWatcher{
+	r.w = &allowlistWatcher{
 		path: r.path, interval: watchInterval, settle: watchSettle, current: current,
 		apply: func(e []entry) error {
 			r.mu.Lock()
@@ -51,18 +55,32 @@ func startWatch(t *testing.T, initial string, current []entry) *watchRecorder {
 			r.warnings = append(r.warnings, fmt.Sprintf(format, a...))
 		},
 	}
+	return r
+}
+
+// startWatch runs the watcher as a session does, until the test ends.
+func startWatch(t *testing.T, initial string, current []entry) *watchRecorder {
+	t.Helper()
+	r := newWatch(t, initial, current)
+	r.run(t)
+	return r
+}
+
+func (r *watchRecorder) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.run(ctx)
+		r.w.run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 	})
-	return r
 }
+
+// poll has a watcher that is not running look at the file once.
+func (r *watchRecorder) poll() { r.w.poll() }
 
 // replace writes content the way `agent-sandbox allow` does: a temp file
 // renamed over the list.
@@ -89,12 +107,26 @@ func (r *watchRecorder) wantApplied(t *testing.T, within time.Duration, want []e
 	}
 }
 
-func (r *watchRecorder) wantNothingApplied(t *testing.T, during time.Duration) {
+// wantAppliedNow checks, after polls, that they applied want.
+func (r *watchRecorder) wantAppliedNow(t *testing.T, want []entry) {
+	t.Helper()
+	select {
+	case got := <-r.applied:
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("applied %v, want %v", got, want)
+		}
+	default:
+		t.Fatalf("nothing applied, want %v; warnings: %q", want, r.warned())
+	}
+}
+
+// wantNothingApplied checks, after polls, that they applied nothing.
+func (r *watchRecorder) wantNothingApplied(t *testing.T) {
 	t.Helper()
 	select {
 	case got := <-r.applied:
 		t.Fatalf("applied %v, want nothing", got)
-	case <-time.After(during):
+	default:
 	}
 }
 
@@ -104,31 +136,72 @@ func (r *watchRecorder) warned() []string {
 	return append([]string(nil), r.warnings...)
 }
 
+func (r *watchRecorder) hasWarning(parts []string) bool {
+	for _, w := range r.warned() {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(w, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// wantWarning checks, after polls, that they warned with all of parts.
+func (r *watchRecorder) wantWarning(t *testing.T, parts ...string) {
+	t.Helper()
+	if !r.hasWarning(parts) {
+		t.Fatalf("no warning with %q; warnings: %q", parts, r.warned())
+	}
+}
+
 func (r *watchRecorder) waitWarning(t *testing.T, within time.Duration, parts ...string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		for _, w := range r.warned() {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(w, p)
-			}
-			if ok {
-				return
-			}
-		}
+	for deadline := time.Now().Add(within); !r.hasWarning(parts); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no warning with %q within %v; warnings: %q", parts, within, r.warned())
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitForNewMTime returns once a file written now gets a later mtime than
+// path has: the file system's clock (coarse, often a few milliseconds) has
+// ticked, so an edit of path in place changes its mtime.
+func waitForNewMTime(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := filepath.Join(filepath.Dir(path), "clock")
+	defer os.Remove(probe)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if err := os.WriteFile(probe, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pi, err := os.Stat(probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pi.ModTime().After(fi.ModTime()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the file system's clock stays at %v", fi.ModTime())
+		}
 	}
 }
 
 func TestWatchSeesRenameWithinASecond(t *testing.T) {
 	old := mustParse(t, "a.test\n")
-	r := startWatch(t, "a.test\n", old)
-	r.wantNothingApplied(t, 300*time.Millisecond)
+	r := newWatch(t, "a.test\n", old)
+	// The first look finds the list the session runs with.
+	r.poll()
+	r.wantNothingApplied(t)
 
+	r.run(t)
 	start := time.Now()
 	r.replace(t, "a.test\nb.test\nb.test:22\n")
 	r.wantApplied(t, time.Second, mustParse(t, "a.test\nb.test\nb.test:22\n"))
@@ -139,37 +212,46 @@ func TestWatchSeesRenameWithinASecond(t *testing.T) {
 }
 
 func TestWatchSeesEditInPlace(t *testing.T) {
-	r := startWatch(t, "a.test\n", mustParse(t, "a.test\n"))
-	time.Sleep(300 * time.Millisecond)
+	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r.poll()
+	waitForNewMTime(t, r.path)
 	// Same length, same inode: only content and mtime differ.
 	if err := os.WriteFile(r.path, []byte("b.test\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.wantApplied(t, time.Second, mustParse(t, "b.test\n"))
+	r.poll()
+	r.wantAppliedNow(t, mustParse(t, "b.test\n"))
 }
 
 func TestWatchBadEditKeepsTheList(t *testing.T) {
-	r := startWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r.poll()
 	r.replace(t, "a.test\n# a comment\n*.bad*.test\n")
-	r.waitWarning(t, time.Second, "does not parse", "keeps its previous list", r.path, "line 3", "fix or remove the line")
-	r.wantNothingApplied(t, 500*time.Millisecond)
+	r.poll()
+	r.wantWarning(t, "does not parse", "keeps its previous list", r.path, "line 3", "fix or remove the line")
+	// A later look at the same file neither applies it nor warns again.
+	r.poll()
+	r.wantNothingApplied(t)
 	if n := len(r.warned()); n != 1 {
 		t.Errorf("warned %d times about one bad edit, want once: %q", n, r.warned())
 	}
 	// Fixing it applies the fixed list.
 	r.replace(t, "a.test\nc.test\n")
-	r.wantApplied(t, time.Second, mustParse(t, "a.test\nc.test\n"))
+	r.poll()
+	r.wantAppliedNow(t, mustParse(t, "a.test\nc.test\n"))
 }
 
 func TestWatchIgnoresTouchAndCommentEdits(t *testing.T) {
-	r := startWatch(t, "a.test\n", mustParse(t, "a.test\n"))
-	time.Sleep(300 * time.Millisecond)
+	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r.poll()
 	now := time.Now().Add(time.Second)
 	if err := os.Chtimes(r.path, now, now); err != nil {
 		t.Fatal(err)
 	}
+	r.poll()
 	r.replace(t, "# only a comment more\na.test\n\n")
-	r.wantNothingApplied(t, 600*time.Millisecond)
+	r.poll()
+	r.wantNothingApplied(t)
 	if w := r.warned(); len(w) > 0 {
 		t.Errorf("warnings: %q", w)
 	}
@@ -183,15 +265,21 @@ func TestWatchCatchesEditBeforeItStarted(t *testing.T) {
 }
 
 func TestWatchMissingFileKeepsTheList(t *testing.T) {
-	r := startWatch(t, "a.test\n", mustParse(t, "a.test\n"))
-	time.Sleep(300 * time.Millisecond)
+	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r.poll()
 	if err := os.Remove(r.path); err != nil {
 		t.Fatal(err)
 	}
-	r.waitWarning(t, time.Second, "cannot read the allowlist", r.path, "keeps its previous list")
-	r.wantNothingApplied(t, 300*time.Millisecond)
+	r.poll()
+	r.wantWarning(t, "cannot read the allowlist", r.path, "keeps its previous list")
+	r.poll()
+	r.wantNothingApplied(t)
+	if n := len(r.warned()); n != 1 {
+		t.Errorf("warned %d times about one missing file, want once: %q", n, r.warned())
+	}
 	r.replace(t, "a.test\nd.test\n")
-	r.wantApplied(t, time.Second, mustParse(t, "a.test\nd.test\n"))
+	r.poll()
+	r.wantAppliedNow(t, mustParse(t, "a.test\nd.test\n"))
 }
 
 func TestWatchApplyFailureWarnsAndRetriesOnNextEdit(t *testing.T) {

@@ -320,13 +320,9 @@ func TestUpstreamHalfClose(t *testing.T) {
 }
 
 func TestDeadUpstream(t *testing.T) {
-	// A port that was just ours and now has nobody listening.
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := addrOf(ln)
-	_ = ln.Close()
+	// A port with nobody listening, held so that the upstream comes back
+	// on it later.
+	dead, comeBack := holdPort(t)
 	addrs := startForwarder(t, dead)
 
 	for range 3 {
@@ -340,7 +336,7 @@ func TestDeadUpstream(t *testing.T) {
 	}
 
 	// The forwarder keeps serving: once the upstream is back, relays work.
-	startUpstreamOn(t, dead, echo)
+	acceptAll(t, comeBack(), echo)
 	if err := roundTrip(dial(t, addrs[0]), 1<<20, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -366,13 +362,42 @@ func expectClosed(addr string) error {
 	return nil
 }
 
-func startUpstreamOn(t *testing.T, addr netip.AddrPort, handle func(*net.TCPConn)) {
+// holdPort binds a loopback TCP port without listening on it: connections
+// to it are refused, as to a dead upstream. No other socket can take the
+// port meanwhile (it is bound without SO_REUSEADDR, and connect never picks
+// a bound port as its ephemeral one), so listen, which makes this very
+// socket the listener, cannot fail the way listening on a closed port
+// again can.
+func holdPort(t *testing.T) (addr netip.AddrPort, listen func() *net.TCPListener) {
 	t.Helper()
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
-		t.Skipf("cannot listen on %s again: %v", addr, err)
+		t.Fatal(err)
 	}
-	acceptAll(t, ln, handle)
+	syscall.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), "held port")
+	t.Cleanup(func() { _ = f.Close() })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in4 := sa.(*syscall.SockaddrInet4)
+	addr = netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))
+	return addr, func() *net.TCPListener {
+		t.Helper()
+		if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
+			t.Fatalf("listen on the held port %s: %v", addr, err)
+		}
+		ln, err := net.FileListener(f) // a copy of fd, in the netpoller
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+		return ln.(*net.TCPListener)
+	}
 }
 
 func TestUpstreamReset(t *testing.T) {

@@ -217,20 +217,42 @@ func exchange(c *net.TCPConn, msg string) error {
 	return nil
 }
 
+// waitLogged waits until the log says s, or fails the test.
+func waitLogged(t *testing.T, log *syncLog, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); !strings.Contains(log.String(), s); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log lacks %q after a second:\n%s", s, log)
+		}
+	}
+}
+
+// busyAddr is a listen address held by a listener of the test's own: the
+// forwarder tries it again at each look at its file, so once the test
+// frees it, the forwarder listening there shows that a look happened.
+func busyAddr(t *testing.T) (netip.AddrPort, *net.TCPListener) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return key(addrOf(ln)), ln
+}
+
 func TestReloadBadFileKeepsListeners(t *testing.T) {
 	a := addrOf(startUpstream(t, named("a")))
 	l1, l2 := freeAddr(t), freeAddr(t)
+	probe, probeLn := busyAddr(t)
 	path, log := followForwards(t, pair(l1, a))
 	says(t, waitDial(t, l1), "a")
+	writeForwards(t, path, pair(l1, a), pair(probe, a))
+	waitLogged(t, log, "cannot listen on "+probe.String())
 	writeForwards(t, path, pair(l1, a), "10.0.0.1:80=10.89.0.2:80", pair(l2, a))
-	deadline := time.Now().Add(time.Second)
-	for !strings.Contains(log.String(), "keeping the current listeners") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no complaint about the bad file:\n%s", log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
+	waitLogged(t, log, "keeping the current listeners")
+	// A later look at the unchanged bad file.
+	_ = probeLn.Close()
+	says(t, waitDial(t, probe), "a")
 	says(t, waitDial(t, l1), "a")
 	if c, err := net.DialTimeout("tcp", l2.String(), time.Second); err == nil {
 		_ = c.Close()
@@ -249,24 +271,18 @@ func TestReloadBadFileKeepsListeners(t *testing.T) {
 
 func TestReloadRetriesABusyAddress(t *testing.T) {
 	a := addrOf(startUpstream(t, named("a")))
-	busy, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	busy, busyLn := busyAddr(t)
+	probe, probeLn := busyAddr(t)
 	l1 := freeAddr(t)
 	path, log := followForwards(t, pair(l1, a))
-	writeForwards(t, path, pair(l1, a), pair(key(addrOf(busy)), a))
-	deadline := time.Now().Add(time.Second)
-	for !strings.Contains(log.String(), "cannot listen on "+key(addrOf(busy)).String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no complaint about the busy address:\n%s", log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	_ = busy.Close()
-	says(t, waitDial(t, key(addrOf(busy))), "a")
-	if n := strings.Count(log.String(), "cannot listen on"); n != 1 {
+	writeForwards(t, path, pair(l1, a), pair(busy, a), pair(probe, a))
+	waitLogged(t, log, "cannot listen on "+probe.String())
+	// A later look tries busy again, then probe, now free.
+	_ = probeLn.Close()
+	says(t, waitDial(t, probe), "a")
+	_ = busyLn.Close()
+	says(t, waitDial(t, busy), "a")
+	if n := strings.Count(log.String(), "cannot listen on "+busy.String()); n != 1 {
 		t.Errorf("the busy address was reported %d times, want once:\n%s", n, log)
 	}
 }

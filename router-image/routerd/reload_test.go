@@ -369,7 +369,13 @@ func TestRunReloadsConfig(t *testing.T) {
 	replaceFile(t, dnsmasq, "bad d3\n")
 	waitLog(t, logs, "nginx.conf changed but nginx rejects it")
 	waitLog(t, logs, "dnsmasq.conf changed but dnsmasq rejects it")
-	time.Sleep(300 * time.Millisecond)
+	// Files that come after the rejected ones reach the children; had the
+	// rejected ones reached them, that was before. (TestWatcherPoll checks
+	// that later looks at a rejected file leave it rejected.)
+	replaceFile(t, nginx, "n4\n")
+	replaceFile(t, dnsmasq, "d4\n")
+	waitLog(t, logs, "nginx read n4")
+	waitLog(t, logs, "dnsmasq read copy d4")
 	if strings.Contains(logs.String(), "read bad") || strings.Contains(logs.String(), "read copy bad") {
 		t.Errorf("a rejected config reached a child:\n%s", logs)
 	}
