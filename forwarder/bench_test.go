@@ -107,6 +107,29 @@ func keyShares() []byte {
 // echo server behind the relay, close.
 func BenchmarkRelayNewConnection(b *testing.B) {
 	b.Run("raw", func(b *testing.B) { benchRelay(b, forward{listen: ap("127.0.0.1:0")}) })
+	// The hello is read and judged before the upstream is dialled.
+	b.Run("tls", func(b *testing.B) { benchRelay(b, forward{listen: ap("127.0.0.1:0"), tls: true}) })
+}
+
+// BenchmarkClientHelloPeek is judging a browser's ClientHello, in one
+// record and split over records of 512 bytes.
+func BenchmarkClientHelloPeek(b *testing.B) {
+	one := browserHello()
+	msg := one[5:]
+	for _, tc := range []struct {
+		name  string
+		hello []byte
+	}{{"one-record", one}, {"split-512", records(msg, 512)}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.hello)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if judgeHello(tc.hello) != helloPlain {
+					b.Fatal("not judged plain")
+				}
+			}
+		})
+	}
 }
 
 func benchRelay(b *testing.B, f forward) {
