@@ -184,7 +184,7 @@ func TestSuperviseCutsOldWorkersOnlyWhenAsked(t *testing.T) {
 	reloads <- reload{child: "nginx", file: "nginx.conf", signal: syscall.SIGHUP, cut: true}
 	for _, want := range []string{
 		"routerd: reloaded nginx.conf",
-		"routerd: nginx.conf dropped entries: ended 1 old nginx worker, closing the connections they held",
+		"routerd: nginx.conf dropped entries: ended 1 old nginx worker and the connections they held",
 	} {
 		if got := lines.next(t); got != want {
 			t.Fatalf("log %q, want %q", got, want)

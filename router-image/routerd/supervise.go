@@ -121,7 +121,9 @@ loop:
 					name, file := s.children[i].name, r.file
 					go func() {
 						if n := s.cut.cut(ctx, old); ctx.Err() == nil {
-							s.log.Printf("%s dropped entries: ended %s, closing the connections they held", file, plural(n, "old "+name+" worker"))
+							// nginx then reports each connection as an
+							// "open socket left" alert.
+							s.log.Printf("%s dropped entries: ended %s and the connections they held", file, plural(n, "old "+name+" worker"))
 						}
 					}()
 				}
