@@ -211,8 +211,8 @@ func TestReloadClosesRemovedPairsWithTheirRelays(t *testing.T) {
 
 	// Relays open before the change: two through a pair that goes away,
 	// one through a pair that stays.
-	gone1, gone2 := waitDial(t, l1), waitDial(t, l1)
-	kept := waitDial(t, l2)
+	gone1, gone2 := dial(t, l1.String()), dial(t, l1.String())
+	kept := dial(t, l2.String())
 	for _, c := range []*net.TCPConn{gone1, gone2, kept} {
 		if err := exchange(c, "before"); err != nil {
 			t.Fatal(err)
@@ -264,7 +264,7 @@ func TestReloadClosesARelayWaitingForItsHello(t *testing.T) {
 	defer func() { _ = up.Close() }()
 	l1, l2 := freeAddr(t), freeAddr(t)
 	path, log := followForwards(t, pair(l1, addrOf(up))+"/tls")
-	c := waitDial(t, l1)
+	c := dial(t, l1.String())
 	hello := browserHello()
 	if _, err := c.Write(hello[:100]); err != nil {
 		t.Fatal(err)
