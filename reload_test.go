@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -497,5 +498,64 @@ func TestWarnMidSessionPrefixesEveryLine(t *testing.T) {
 	got, _ := io.ReadAll(r)
 	if want := "agent-sandbox: first line\nagent-sandbox: second\n"; string(got) != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// nginxLines is the set of nginx.conf's lines as routerd compares them.
+func nginxLines(conf string) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range strings.Split(conf, "\n") {
+		m[strings.TrimSpace(l)] = true
+	}
+	return m
+}
+
+// routerd ends nginx's old workers, and every connection they hold, when a
+// new nginx.conf drops a line of the running one (router-image/routerd,
+// dropsLine): an edit that only adds hosts must only add lines, or every
+// addition would cut the agent's open connections.
+func TestNginxConfOnlyGainsLinesWhenHostsAreAdded(t *testing.T) {
+	steps := []string{
+		"",
+		"api.example.com\n",
+		"api.example.com\n*.cdn.example.com\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\nssh.example.org:2222\ndb.example.org:5432\n",
+	}
+	var p routerPlan
+	cursor := firstCursor
+	prev := p.nginxConf("10.89.3.2")
+	for _, list := range steps {
+		next, c, err := replan(p, cursor, mustParse(t, list))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := next.nginxConf("10.89.3.2")
+		have := nginxLines(conf)
+		for l := range nginxLines(prev) {
+			if !have[l] {
+				t.Errorf("adding hosts to get\n%s\ndropped the line %q of nginx.conf", list, l)
+			}
+		}
+		p, cursor, prev = next, c, conf
+	}
+
+	// Removing any one entry drops a line, so that its connections end.
+	full := mustParse(t, steps[len(steps)-1])
+	for i := range full {
+		rest := append(slices.Clone(full[:i]), full[i+1:]...)
+		next, _, err := replan(p, cursor, rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := nginxLines(next.nginxConf("10.89.3.2"))
+		dropped := false
+		for l := range nginxLines(prev) {
+			dropped = dropped || !have[l]
+		}
+		if !dropped {
+			t.Errorf("removing %v keeps every line of nginx.conf", full[i])
+		}
 	}
 }

@@ -190,9 +190,11 @@ func (p routerPlan) sortedPortEntries() []entry {
 }
 
 // forwards renders the forwarder's FORWARDS: each listen address in the pod
-// and the router port it relays to.
+// and the router port it relays to. Pairs to the router's 443 carry TLS
+// and are marked /tls: the forwarder refuses a ClientHello there that asks
+// for ECH, whose hidden name nginx could not check.
 func (p routerPlan) forwards(routerIP string) string {
-	pairs := []string{fmt.Sprintf("127.0.0.1:443=%s:443", routerIP)}
+	pairs := []string{fmt.Sprintf("127.0.0.1:443=%s:443/tls", routerIP)}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {
 		addr := p.loopback[e.Host]
@@ -200,7 +202,7 @@ func (p routerPlan) forwards(routerIP string) string {
 			// The host's own address must serve HTTPS too, since its
 			// name resolves there.
 			seen[addr] = true
-			pairs = append(pairs, fmt.Sprintf("%s:443=%s:443", addr, routerIP))
+			pairs = append(pairs, fmt.Sprintf("%s:443=%s:443/tls", addr, routerIP))
 		}
 		pairs = append(pairs, fmt.Sprintf("%s:%d=%s:%d", addr, e.Port, routerIP, p.routerPort[e]))
 	}

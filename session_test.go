@@ -236,7 +236,7 @@ func TestSessionSpecs(t *testing.T) {
 	if len(f.Mounts) != 1 || f.Mounts[0].Source != cfg.tmp || f.Mounts[0].Destination != "/etc/router" || !slices.Contains(f.Mounts[0].Options, "ro") {
 		t.Errorf("forwarder config mount = %+v, want %s read-only at /etc/router", f.Mounts, cfg.tmp)
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=10.89.7.2:443 127.0.0.2:443=10.89.7.2:443 127.0.0.2:2222=10.89.7.2:10001\n" {
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=10.89.7.2:443/tls 127.0.0.2:443=10.89.7.2:443/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
 		t.Errorf("forwards = %q", b)
 	}
 

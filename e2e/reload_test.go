@@ -176,14 +176,15 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// liveScript is the probe script: it runs phase n once go-n exists and
-// reports every probe in probeScript's format, so parseProbes reads it.
-// Timed probes report how long they took to succeed (or to fail) after
-// the phase began, which is right after the edit.
-func liveScript(nonce string) string {
-	return strings.NewReplacer("@N@", nonce, "@MARK@", probeMark).Replace(`
+// liveHelpers are the shell functions of the live rows' probe scripts.
+// Every probe is reported in probeScript's format, so parseProbes reads
+// it. Timed probes report how long they took to succeed (or to fail)
+// after the phase began, which is right after the edit. SIGPIPE is
+// ignored: a write to a held connection that was cut must fail, not end
+// the script.
+const liveHelpers = `
 set -u
-N=@N@
+trap '' PIPE
 now() { echo $(( $(date +%s%N) / 1000000 )); }
 report() { printf '@MARK@ %s rc=%d ms=%d\n%s\n@MARK@-end\n' "$1" "$2" "$3" "$4"; }
 # once NAME CMD: run CMD once.
@@ -217,6 +218,16 @@ begin() {
 	done
 	phase_t0=$(now)
 }
+addr() { getent hosts "$1" | awk '{print $1; exit}'; }
+https() { curl -sS --max-time 3 --cacert ./ca.pem "https://$1/$2"; }
+tcp() { printf '%s\n' "$3" | nc -N -w 3 "$1" "$2" | grep "$3"; }
+`
+
+// liveScript is the probe script of the live-reload row: it runs phase n
+// once go-n exists.
+func liveScript(nonce string) string {
+	return strings.NewReplacer("@N@", nonce, "@MARK@", probeMark).Replace(liveHelpers + `
+N=@N@
 # held sends a line on the connection opened at the start and waits for
 # its echo.
 held() {
@@ -228,9 +239,18 @@ held() {
 	done
 	report "$1" "$rc" $(( $(now) - t0 )) "$(cat /tmp/held.out)"
 }
-addr() { getent hosts "$1" | awk '{print $1; exit}'; }
-https() { curl -sS --max-time 3 --cacert ./ca.pem "https://$1/$2"; }
-tcp() { printf '%s\n' "$3" | nc -N -w 3 "$1" "$2" | grep "$3"; }
+# echoed TAG: a line sent on the held connection comes back within a
+# second (the tag is made unique, as until_fails repeats it).
+echoed() {
+	tag="$1-$(now)"
+	printf '%s\n' "$tag" >&3 || return 1
+	t0=$(now)
+	while [ $(( $(now) - t0 )) -lt 1000 ]; do
+		if grep -q "$tag" /tmp/held.out; then return 0; fi
+		sleep 0.05
+	done
+	return 1
+}
 
 # Phase 0, before any edit: a raw TCP connection that stays open
 # throughout, and the state the edits will change.
@@ -249,6 +269,9 @@ until_ok added-https 10000 'https added.allowed.test $N-added-https'
 until_ok added-tcp 10000 'tcp added.allowed.test 2222 $N-added-tcp'
 added_addr=$(addr added.allowed.test)
 once added-addr 'echo $added_addr'
+# Past routerd's second for nginx's old workers: an edit that only adds
+# keeps them, and the connection.
+sleep 1.5
 held held-after-add "$N-held-after-add"
 once addr-after-add 'addr allowed.test'
 touch done-1
@@ -263,12 +286,16 @@ touch done-2
 # Phase 3: the test removed added.allowed.test again.
 begin 3
 until_fails removed-name 10000 'https added.allowed.test $N-removed-name'
+# The held connection goes too, though allowed.test:2222 stays: the edit
+# removed entries, and nginx's old workers end with every connection they
+# hold.
+until_fails held-after-remove 5000 'echoed "$N-held-after-remove"'
 # Every part has polled by now; a program that cached the address gets
 # nowhere either.
 sleep 1
 once removed-https-addr 'curl -sS --max-time 3 --cacert ./ca.pem --resolve added.allowed.test:443:$added_addr https://added.allowed.test/$N-removed-https-addr'
 once removed-tcp-addr 'tcp $added_addr 2222 $N-removed-tcp-addr'
-held held-after-remove "$N-held-after-remove"
+once reconnect 'tcp allowed.test 2222 $N-reconnect'
 once control 'https allowed.test $N-control'
 touch done-3
 exec 3>&-
@@ -299,7 +326,7 @@ allowed.test:2222
 `
 
 func TestLiveReload(t *testing.T) {
-	row(t, "allowlist edits reach a running session within a second and keep open connections", func(t *testing.T) {
+	row(t, "allowlist edits reach a running session within a second; open connections survive an addition and end with a removal", func(t *testing.T) {
 		nonce := newNonce(t)
 		s := startLive(t, liveBefore, liveScript(nonce))
 
@@ -359,7 +386,10 @@ func TestLiveReload(t *testing.T) {
 		wantOK(t, res, "bad-control", "hello from allowed.test")
 
 		// Removing: the name stops working within the limit, and so does
-		// its old address; allowed.test and the held connection go on.
+		// its old address. The held connection ends with nginx's old
+		// workers (routerd cuts them when an edit removes entries); a new
+		// one to allowed.test:2222, which stays, works, as does
+		// allowed.test.
 		wantOK(t, res, "removed-name")
 		if p, ok := res["removed-name"]; ok && p.Elapsed > liveLimit {
 			t.Errorf("added.allowed.test still worked %v after it was removed, want under %v", p.Elapsed, liveLimit)
@@ -368,13 +398,16 @@ func TestLiveReload(t *testing.T) {
 		wantFailed(t, res, "removed-tcp-addr")
 		wantNeverArrived(t, nonce+"-removed-https-addr", "https to the removed host's old address")
 		wantNeverArrived(t, nonce+"-removed-tcp-addr", "tcp to the removed host's old address")
-		wantOK(t, res, "held-after-remove", nonce+"-held-after-remove")
+		wantOK(t, res, "held-after-remove")
+		t.Logf("held-after-remove: the held connection stopped %v after the edit", res["held-after-remove"].Elapsed)
+		wantOK(t, res, "reconnect", nonce+"-reconnect")
+		wantArrived(t, nonce+"-reconnect", "a new connection to allowed.test:2222 after the removal")
 		wantOK(t, res, "control", "hello from allowed.test")
 		wantArrived(t, nonce+"-control", "control request to allowed.test")
 
 		for _, p := range []string{"held-before", "added-before", "added-https", "added-tcp", "held-after-add",
-			"bad-added-https", "bad-added-tcp", "bad-control", "removed-name", "removed-https-addr",
-			"removed-tcp-addr", "held-after-remove", "control"} {
+			"bad-added-https", "bad-added-tcp", "bad-control", "removed-name", "held-after-remove",
+			"removed-https-addr", "removed-tcp-addr", "reconnect", "control"} {
 			if _, ok := res[p]; !ok {
 				t.Errorf("probe %q did not report", p)
 			}

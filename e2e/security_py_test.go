@@ -162,7 +162,13 @@ def cmd_send(proto, host, port, payload, *opts):
 def ext(t, data):
     return struct.pack(">HH", t, len(data)) + data
 
-def client_hello(sni=None, alpn=None, pad=0, sni_last=False):
+def ech_ext(payload):
+    """encrypted_client_hello (0xfe0d) as a client's outer hello carries it:
+    type outer, HPKE suite, config id, enc, then payload, here in clear."""
+    data = b"\x00" + struct.pack(">HHB", 1, 1, 7) + struct.pack(">H", 32) + os.urandom(32)
+    return ext(0xFE0D, data + struct.pack(">H", len(payload)) + payload)
+
+def client_hello(sni=None, alpn=None, pad=0, sni_last=False, ech=None):
     exts = []
     sni_ext = None
     if sni is not None:
@@ -176,6 +182,8 @@ def client_hello(sni=None, alpn=None, pad=0, sni_last=False):
     exts.append(ext(10, b"\x00\x02\x00\x1d"))
     exts.append(ext(13, b"\x00\x04\x04\x03\x08\x04"))
     exts.append(ext(51, struct.pack(">HHH", 36, 0x1D, 32) + os.urandom(32)))
+    if ech is not None:
+        exts.append(ech_ext(ech.encode()))
     if pad:
         exts.append(ext(21, b"\x00" * pad))
     if sni_ext is not None:
@@ -193,8 +201,9 @@ def client_hello(sni=None, alpn=None, pad=0, sni_last=False):
     return out
 
 def cmd_hello(host, port, *args):
-    """A hand-made ClientHello: --sni NAME (\\0 allowed), --no-sni, --alpn P, --pad N, --sni-last."""
-    sni, alpn, pad, last = None, [], 0, False
+    """A hand-made ClientHello: --sni NAME (\\0 allowed), --no-sni, --alpn P, --pad N, --sni-last,
+    --ech PAYLOAD (an encrypted_client_hello extension carrying PAYLOAD in clear)."""
+    sni, alpn, pad, last, ech = None, [], 0, False, None
     args = list(args)
     while args:
         a = args.pop(0)
@@ -206,7 +215,9 @@ def cmd_hello(host, port, *args):
             pad = int(args.pop(0))
         elif a == "--sni-last":
             last = True
-    hello = client_hello(sni, alpn, pad, last)
+        elif a == "--ech":
+            ech = args.pop(0)
+    hello = client_hello(sni, alpn, pad, last, ech)
     try:
         s = socket.create_connection((host, int(port)), timeout=5)
         s.sendall(hello)
@@ -244,6 +255,55 @@ def cmd_https(host, port, sni, first_line, host_header):
     text = data.decode("latin-1")
     print(text)
     return 0 if "hello from" in text else 1
+
+def now_ms():
+    import time
+    return int(time.time() * 1000)
+
+def cmd_hold(kind, host, port, name, nonce):
+    """Holds one connection open and keeps using it: tcp sends a line to an
+    echo, tls sends an HTTPS request on a kept-alive connection to name.
+    Prints "open" after the first answer, then "ok MS" for each answer
+    every 100 ms and, when one does not come, "cut MS why" and exits 0;
+    MS is the time in milliseconds."""
+    import ssl, time
+    try:
+        s = socket.create_connection((host, int(port)), timeout=5)
+        if kind == "tls":
+            ctx = ssl.create_default_context(cafile="./ca.pem")
+            s = ctx.wrap_socket(s, server_hostname=name)
+    except OSError as e:
+        print("cannot open: %s" % err_name(e), flush=True)
+        return 1
+    s.settimeout(1)
+    buf = b""
+    i = 0
+    while True:
+        i += 1
+        tag = "%s-%d" % (nonce, i)
+        if kind == "tls":
+            msg = "GET /%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (tag, name)
+            want = ("path /%s\n" % tag).encode()
+        else:
+            msg = tag + "\n"
+            want = msg.encode()
+        why = None
+        try:
+            s.sendall(msg.encode())
+            while want not in buf:
+                b = s.recv(4096)
+                if not b:
+                    why = "closed"
+                    break
+                buf += b
+        except OSError as e:
+            why = err_name(e)
+        if why is not None:
+            print("cut %d %s" % (now_ms(), why), flush=True)
+            return 0
+        buf = buf[buf.index(want) + len(want):]
+        print(("open" if i == 1 else "ok %d" % now_ms()), flush=True)
+        time.sleep(0.1)
 
 def cmd_ll6(port, payload):
     """UDP to every node on the session link (IPv6 link-local multicast)."""

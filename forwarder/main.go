@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,6 +25,20 @@ const dialTimeout = 5 * time.Second
 type forward struct {
 	listen netip.AddrPort
 	target netip.AddrPort
+	// tls says the pair carries TLS: each client's ClientHello is read
+	// and looked at before anything is relayed (see readHello).
+	tls bool
+}
+
+// tlsOption marks a pair that carries TLS: LISTEN=TARGET/tls.
+const tlsOption = "/tls"
+
+// describe is how a pair's destination is logged.
+func (f forward) describe() string {
+	if f.tls {
+		return f.target.String() + " (TLS; a ClientHello with ECH is refused)"
+	}
+	return f.target.String()
 }
 
 const readyLine = "forwarder: ready"
@@ -71,7 +86,8 @@ func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, erro
 	return fs, f, nil
 }
 
-// parseForwards reads FORWARDS: whitespace-separated LISTEN_IP:PORT=TARGET_IP:PORT.
+// parseForwards reads FORWARDS: whitespace-separated
+// LISTEN_IP:PORT=TARGET_IP:PORT, each optionally followed by /tls.
 func parseForwards(s string) ([]forward, error) {
 	var out []forward
 	seen := map[netip.AddrPort]bool{}
@@ -92,7 +108,11 @@ func parseForwards(s string) ([]forward, error) {
 func parseForward(pair string) (forward, error) {
 	listen, target, ok := strings.Cut(pair, "=")
 	if !ok {
-		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT)")
+		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT, optionally followed by /tls)")
+	}
+	target, tls := strings.CutSuffix(target, tlsOption)
+	if i := strings.LastIndexByte(target, '/'); i >= 0 {
+		return forward{}, fmt.Errorf("unknown option %q after the target (the only one is %s)", target[i:], tlsOption)
 	}
 	l, err := parseAddrPort("listen", listen)
 	if err != nil {
@@ -105,7 +125,7 @@ func parseForward(pair string) (forward, error) {
 	if err != nil {
 		return forward{}, err
 	}
-	return forward{listen: l, target: t}, nil
+	return forward{listen: l, target: t, tls: tls}, nil
 }
 
 // parseAddrPort is stricter than netip.ParseAddrPort so that the error says
@@ -144,8 +164,15 @@ func parsePort(s string) (uint16, error) {
 }
 
 type listener struct {
-	ln     *net.TCPListener
-	target netip.AddrPort
+	ln *net.TCPListener
+	forward
+	// ctx ends when the pair is removed or the forwarder stops, and with
+	// it every relay accepted here: open counts those relays.
+	ctx    context.Context
+	cancel context.CancelFunc
+	open   *atomic.Int64
+	// log is where a refused ClientHello is reported.
+	log io.Writer
 }
 
 // serve listens on every forward before relaying any, so a bad address fails
@@ -155,15 +182,15 @@ func serve(ctx context.Context, forwards []forward) error {
 }
 
 // serveWatching is serve that also follows file, when there is one: a
-// change opens listeners for new pairs and closes those of removed pairs,
-// while relays already open carry on.
+// change opens listeners for new pairs and closes those of removed pairs
+// with their open relays.
 func serveWatching(ctx context.Context, forwards []forward, file *forwardsFile) error {
 	ls, err := listenAll(forwards)
 	if err != nil {
 		return err
 	}
 	for _, l := range ls {
-		fmt.Fprintf(os.Stderr, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.target)
+		fmt.Fprintf(os.Stderr, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.describe())
 	}
 	// The launcher, attached to our output, starts the agent on this line.
 	fmt.Fprintln(os.Stderr, readyLine)
@@ -189,7 +216,7 @@ func listenAll(forwards []forward) ([]listener, error) {
 			}
 			return nil, err
 		}
-		ls = append(ls, listener{ln: ln, target: f.target})
+		ls = append(ls, listener{ln: ln, forward: f})
 	}
 	return ls, nil
 }
@@ -214,12 +241,12 @@ func relayAll(ctx context.Context, ls []listener) {
 	r.wait()
 }
 
-func acceptLoop(ctx context.Context, l listener, wg *sync.WaitGroup) {
+func acceptLoop(l *listener, wg *sync.WaitGroup) {
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := l.ln.AcceptTCP()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+			if errors.Is(err, net.ErrClosed) || l.ctx.Err() != nil {
 				return
 			}
 			// Out of file descriptors and the like: wait for relays to end
@@ -229,15 +256,49 @@ func acceptLoop(ctx context.Context, l listener, wg *sync.WaitGroup) {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		wg.Go(func() { relay(ctx, c, l.target) })
+		l.open.Add(1)
+		wg.Go(func() {
+			defer l.open.Add(-1)
+			relay(l, c)
+		})
 	}
 }
 
-func relay(ctx context.Context, client *net.TCPConn, target netip.AddrPort) {
+// relay connects client to l's target and copies both ways until both
+// are done, or l.ctx ends. On a TLS pair the client's ClientHello is read
+// first: one that asks for ECH is refused before anything is dialled.
+func relay(l *listener, client *net.TCPConn) {
+	ctx := l.ctx
+	var hello *helloBuf
+	if l.tls {
+		// Ending ctx while the client is still sending closes it.
+		stop := context.AfterFunc(ctx, func() { _ = client.Close() })
+		var v helloVerdict
+		hello, v = readHello(client)
+		defer func() { hello.release() }()
+		if !stop() {
+			return
+		}
+		switch v {
+		case helloECH:
+			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with encrypted_client_hello (0x%04x) on %s\n", extECH, l.ln.Addr())
+			_ = client.SetLinger(0)
+			_ = client.Close()
+			return
+		case helloIncomplete:
+			// Too slow, or the client went away. nginx, had it been
+			// the one waiting, would have closed it at its preread
+			// timeout; passing it on would give the rest of the hello
+			// a second wait there, past this check.
+			_ = client.SetLinger(0)
+			_ = client.Close()
+			return
+		}
+	}
 	// No keepalive probes: both ends of this hop are on this machine, and
 	// each probe setting costs a syscall per connection.
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
-	c, err := d.DialContext(ctx, "tcp", target.String())
+	c, err := d.DialContext(ctx, "tcp", l.target.String())
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
 		// server had nothing to say.
@@ -251,6 +312,14 @@ func relay(ctx context.Context, client *net.TCPConn, target netip.AddrPort) {
 		_ = upstream.Close()
 	}
 	defer context.AfterFunc(ctx, closeBoth)()
+	if hello != nil && len(hello.b) > 0 {
+		if _, err := upstream.Write(hello.b); err != nil {
+			closeBoth()
+			return
+		}
+		hello.release()
+		hello = nil
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { pipe(upstream, client, closeBoth) })
 	wg.Go(func() { pipe(client, upstream, closeBoth) })

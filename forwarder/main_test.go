@@ -29,19 +29,26 @@ func TestParseForwards(t *testing.T) {
 	}{
 		{"", nil},
 		{" \t\n ", nil},
-		{"127.0.0.1:443=10.89.0.2:443", []forward{{ap("127.0.0.1:443"), ap("10.89.0.2:443")}}},
+		{"127.0.0.1:443=10.89.0.2:443", []forward{{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443")}}},
 		{"127.0.0.1:443=10.89.0.2:443 127.0.0.2:22=10.89.0.2:10001\n\t127.0.0.2:443=10.89.0.2:443", []forward{
-			{ap("127.0.0.1:443"), ap("10.89.0.2:443")},
-			{ap("127.0.0.2:22"), ap("10.89.0.2:10001")},
-			{ap("127.0.0.2:443"), ap("10.89.0.2:443")},
+			{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443")},
+			{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")},
+			{listen: ap("127.0.0.2:443"), target: ap("10.89.0.2:443")},
 		}},
-		{"[::1]:8080=[fd00::2]:443", []forward{{ap("[::1]:8080"), ap("[fd00::2]:443")}}},
-		{"[::ffff:127.0.0.1]:443=10.89.0.2:443", []forward{{ap("[::ffff:127.0.0.1]:443"), ap("10.89.0.2:443")}}},
-		{"127.255.255.254:65535=10.0.0.1:1", []forward{{ap("127.255.255.254:65535"), ap("10.0.0.1:1")}}},
+		{"[::1]:8080=[fd00::2]:443", []forward{{listen: ap("[::1]:8080"), target: ap("[fd00::2]:443")}}},
+		{"[::ffff:127.0.0.1]:443=10.89.0.2:443", []forward{{listen: ap("[::ffff:127.0.0.1]:443"), target: ap("10.89.0.2:443")}}},
+		{"127.255.255.254:65535=10.0.0.1:1", []forward{{listen: ap("127.255.255.254:65535"), target: ap("10.0.0.1:1")}}},
+		// A TLS pair; the mark is optional, so a file from before it
+		// reads as it did.
+		{"127.0.0.1:443=10.89.0.2:443/tls 127.0.0.2:22=10.89.0.2:10001 [::1]:443=[fd00::2]:443/tls", []forward{
+			{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443"), tls: true},
+			{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")},
+			{listen: ap("[::1]:443"), target: ap("[fd00::2]:443"), tls: true},
+		}},
 		// The same target behind two listen addresses is fine.
 		{"127.0.0.1:80=10.89.0.2:443 127.0.0.1:443=10.89.0.2:443", []forward{
-			{ap("127.0.0.1:80"), ap("10.89.0.2:443")},
-			{ap("127.0.0.1:443"), ap("10.89.0.2:443")},
+			{listen: ap("127.0.0.1:80"), target: ap("10.89.0.2:443")},
+			{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443")},
 		}},
 	}
 	for _, tc := range good {
@@ -87,6 +94,11 @@ func TestParseForwards(t *testing.T) {
 		{"127.0.0.1:443=10.89.0.2:443 127.0.0.2:22=10.89.0.2:10001 127.0.0.1:443=10.89.0.3:443",
 			[]string{`"127.0.0.1:443=10.89.0.3:443"`, "duplicate listen address 127.0.0.1:443"}},
 		{"127.0.0.1:443=10.89.0.2:443 garbage", []string{`"garbage"`}},
+		{"127.0.0.1:443=10.89.0.2:443/ssl", []string{`unknown option "/ssl"`, "/tls"}},
+		{"127.0.0.1:443=10.89.0.2:443/tls/tls", []string{`unknown option "/tls"`}},
+		{"127.0.0.1:443=10.89.0.2:443/", []string{`unknown option "/"`}},
+		{"127.0.0.1:443/tls=10.89.0.2:443", []string{"bad listen"}},
+		{"127.0.0.1:443=/tls", []string{"bad target address"}},
 	}
 	for _, tc := range bad {
 		got, err := parseForwards(tc.in)
@@ -484,7 +496,7 @@ func TestListenFailureClosesOthers(t *testing.T) {
 	_ = free.Close()
 
 	target := ap("127.0.0.1:9")
-	_, err = listenAll([]forward{{freeAddr, target}, {addrOf(busy), target}})
+	_, err = listenAll([]forward{{listen: freeAddr, target: target}, {listen: addrOf(busy), target: target}})
 	if err == nil || !strings.Contains(err.Error(), addrOf(busy).String()) {
 		t.Fatalf("listenAll error = %v, want one naming %s", err, addrOf(busy))
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
@@ -57,15 +58,17 @@ func (f *forwardsFile) read() ([]forward, bool, error) {
 	return fs, true, nil
 }
 
-// relays owns the listeners and every relay accepted through them.
-// Closing a listener leaves its open relays alone: only ctx ends those.
+// relays owns the listeners and every relay accepted through them. A
+// listener whose pair is removed is closed together with its open relays:
+// a host taken off the allowlist must stop receiving at once, not when the
+// agent's connection to it ends.
 type relays struct {
 	ctx context.Context
 	log io.Writer
 	wg  sync.WaitGroup // accept loops and relays
 
 	mu     sync.Mutex
-	open   map[netip.AddrPort]listener
+	open   map[netip.AddrPort]*listener
 	want   []forward
 	failed map[netip.AddrPort]string // listen errors already logged
 	// followed is closed once the file is no longer looked at.
@@ -73,7 +76,7 @@ type relays struct {
 }
 
 func newRelays(ctx context.Context, log io.Writer) *relays {
-	return &relays{ctx: ctx, log: log, open: map[netip.AddrPort]listener{}, failed: map[netip.AddrPort]string{}}
+	return &relays{ctx: ctx, log: log, open: map[netip.AddrPort]*listener{}, failed: map[netip.AddrPort]string{}}
 }
 
 // key makes 127.0.0.1 and ::ffff:127.0.0.1 one address, as the kernel does.
@@ -88,27 +91,32 @@ func (r *relays) start(l listener) {
 }
 
 func (r *relays) startLocked(l listener) {
-	r.open[key(l.ln.Addr().(*net.TCPAddr).AddrPort())] = l
-	r.wg.Go(func() { acceptLoop(r.ctx, l, &r.wg) })
+	l.ctx, l.cancel = context.WithCancel(r.ctx)
+	l.open = new(atomic.Int64)
+	l.log = r.log
+	r.open[key(l.ln.Addr().(*net.TCPAddr).AddrPort())] = &l
+	r.wg.Go(func() { acceptLoop(&l, &r.wg) })
 }
 
 // update makes the listeners those of fs: it closes the listeners of pairs
-// that are gone or now point elsewhere, keeps the unchanged ones and opens
-// the new ones.
+// that are gone or now point elsewhere, and every relay they accepted,
+// keeps the unchanged ones with their relays and opens the new ones.
 func (r *relays) update(fs []forward) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	want := map[netip.AddrPort]netip.AddrPort{}
+	want := map[netip.AddrPort]forward{}
 	for _, f := range fs {
-		want[key(f.listen)] = f.target
+		want[key(f.listen)] = f
 	}
 	for addr, l := range r.open {
-		if t, ok := want[addr]; ok && t == l.target {
+		if f, ok := want[addr]; ok && f.target == l.target && f.tls == l.tls {
 			continue
 		}
 		_ = l.ln.Close()
+		n := l.open.Load()
+		l.cancel()
 		delete(r.open, addr)
-		fmt.Fprintf(r.log, "forwarder: stopped listening on %s; its open relays carry on\n", addr)
+		fmt.Fprintf(r.log, "forwarder: stopped listening on %s; closed %s\n", addr, plural(n, "open relay"))
 	}
 	for addr := range r.failed {
 		if _, ok := want[addr]; !ok {
@@ -137,8 +145,8 @@ func (r *relays) openMissingLocked() {
 			continue
 		}
 		delete(r.failed, k)
-		r.startLocked(listener{ln: ln, target: f.target})
-		fmt.Fprintf(r.log, "forwarder: listening on %s, forwarding to %s\n", ln.Addr(), f.target)
+		r.startLocked(listener{ln: ln, forward: f})
+		fmt.Fprintf(r.log, "forwarder: listening on %s, forwarding to %s\n", ln.Addr(), f.describe())
 	}
 }
 
@@ -199,8 +207,16 @@ func (r *relays) wait() {
 	r.mu.Lock()
 	for addr, l := range r.open {
 		_ = l.ln.Close()
+		l.cancel()
 		delete(r.open, addr)
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
+}
+
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,12 +20,42 @@ import (
 type syncLog struct {
 	mu sync.Mutex
 	b  strings.Builder
+	// wrote is closed, and replaced, on every write.
+	wrote chan struct{}
 }
 
 func (l *syncLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.wrote != nil {
+		close(l.wrote)
+		l.wrote = nil
+	}
 	return l.b.Write(p)
+}
+
+// waitFor returns once the log holds want, or fails the test after
+// timeout; it wakes on each write rather than polling.
+func (l *syncLog) waitFor(t *testing.T, want string, timeout time.Duration) {
+	t.Helper()
+	expire := time.After(timeout)
+	for {
+		l.mu.Lock()
+		if strings.Contains(l.b.String(), want) {
+			l.mu.Unlock()
+			return
+		}
+		if l.wrote == nil {
+			l.wrote = make(chan struct{})
+		}
+		wrote := l.wrote
+		l.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-expire:
+			t.Fatalf("no %q in the log within %v:\n%s", want, timeout, l)
+		}
+	}
 }
 
 func (l *syncLog) String() string {
@@ -149,55 +180,114 @@ func named(name string) func(*net.TCPConn) {
 	}
 }
 
-func TestReloadAddsAndRemovesListenersKeepingRelays(t *testing.T) {
-	echoUp := addrOf(startUpstream(t, echo))
-	a := addrOf(startUpstream(t, named("a")))
+// cutWithin is how soon a relay through a removed pair must stop.
+const cutWithin = 2 * time.Second
+
+// closedWithin waits for the relay c to be closed by the forwarder: a read
+// that ends in EOF or a reset, not in the deadline.
+func closedWithin(t *testing.T, c *net.TCPConn, d time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	_ = c.SetReadDeadline(start.Add(d))
+	for {
+		_, err := c.Read(make([]byte, 64))
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s still open %v after its pair was removed", what, d)
+		}
+		t.Logf("%s closed %v after the change (%v)", what, time.Since(start).Round(time.Millisecond), err)
+		return
+	}
+}
+
+func TestReloadClosesRemovedPairsWithTheirRelays(t *testing.T) {
+	echoA := addrOf(startUpstream(t, echo))
+	echoB := addrOf(startUpstream(t, echo))
 	b := addrOf(startUpstream(t, named("b")))
 	l1, l2, l3 := freeAddr(t), freeAddr(t), freeAddr(t)
-	path, log := followForwards(t, pair(l1, echoUp), pair(l2, a))
+	path, log := followForwards(t, pair(l1, echoA), pair(l2, echoB))
 
-	// A relay open before the change, through a pair that goes away.
-	held := waitDial(t, l1)
-	if err := exchange(held, "before"); err != nil {
-		t.Fatal(err)
+	// Relays open before the change: two through a pair that goes away,
+	// one through a pair that stays.
+	gone1, gone2 := dial(t, l1.String()), dial(t, l1.String())
+	kept := dial(t, l2.String())
+	for _, c := range []*net.TCPConn{gone1, gone2, kept} {
+		if err := exchange(c, "before"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	kept := waitDial(t, l2)
-	says(t, kept, "a")
 
-	writeForwards(t, path, pair(l2, a), pair(l3, b))
-	says(t, waitDial(t, l3), "b")
-	waitRefused(t, l1)
-	says(t, waitDial(t, l2), "a")
-	// The relay through the closed listener still carries data both ways.
-	if err := exchange(held, "after"); err != nil {
-		t.Fatalf("relay opened before the reload: %v", err)
+	writeForwards(t, path, pair(l2, echoB), pair(l3, b))
+	closedWithin(t, gone1, cutWithin, "a relay through "+l1.String())
+	closedWithin(t, gone2, cutWithin, "a second relay through "+l1.String())
+	log.waitFor(t, "reloaded "+path, 5*time.Second)
+	says(t, dial(t, l3.String()), "b")
+	if c, err := net.DialTimeout("tcp", l1.String(), time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("%s still accepts after its pair was removed", l1)
+	}
+	// The relay through the unchanged pair carries on, both ways.
+	if err := exchange(kept, "after"); err != nil {
+		t.Fatalf("relay through the unchanged pair %s: %v", l2, err)
 	}
 	if strings.Contains(log.String(), "stopped listening on "+l2.String()) {
 		t.Errorf("the unchanged pair %s was reopened:\n%s", l2, log)
 	}
 
-	// A listen address that now points elsewhere is reopened there.
+	// A listen address that now points elsewhere is reopened there, and
+	// its relays to the old target end.
 	writeForwards(t, path, pair(l2, b), pair(l3, b))
-	deadline := time.Now().Add(time.Second)
-	for {
-		c := waitDial(t, l2)
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		if line == "b\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still relays to a a second after it was pointed at b", l2)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := exchange(held, "still"); err != nil {
-		t.Fatalf("relay opened before two reloads: %v", err)
-	}
-	for _, want := range []string{"stopped listening on " + l1.String(), "listening on " + l3.String(), "reloaded " + path} {
+	closedWithin(t, kept, cutWithin, "a relay through "+l2.String()+" after it was pointed elsewhere")
+	log.waitFor(t, "listening on "+l2.String()+", forwarding to "+b.String(), 5*time.Second)
+	says(t, dial(t, l2.String()), "b")
+
+	for _, want := range []string{
+		"forwarder: stopped listening on " + l1.String() + "; closed 2 open relays\n",
+		"forwarder: stopped listening on " + l2.String() + "; closed 1 open relay\n",
+		"listening on " + l3.String(),
+	} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// A TLS pair removed while a client is still sending its ClientHello: the
+// client is closed too.
+func TestReloadClosesARelayWaitingForItsHello(t *testing.T) {
+	up, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = up.Close() }()
+	l1, l2 := freeAddr(t), freeAddr(t)
+	path, log := followForwards(t, pair(l1, addrOf(up))+"/tls")
+	c := dial(t, l1.String())
+	hello := browserHello()
+	if _, err := c.Write(hello[:100]); err != nil {
+		t.Fatal(err)
+	}
+	writeForwards(t, path, pair(l2, addrOf(up))+"/tls")
+	closedWithin(t, c, cutWithin, "a client half-way through its hello on "+l1.String())
+	log.waitFor(t, "stopped listening on "+l1.String()+"; closed 1 open relay", 5*time.Second)
+	noAccept(t, up)
+}
+
+// noAccept fails the test if anything connected to ln: the forwarder
+// dials before it passes a byte on, so by the time its client is closed
+// a connection it made would be waiting here.
+func noAccept(t *testing.T, ln *net.TCPListener) {
+	t.Helper()
+	_ = ln.SetDeadline(time.Now())
+	c, err := ln.AcceptTCP()
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("the upstream accepted a connection")
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("accept: %v, want a timeout", err)
 	}
 }
 
@@ -309,7 +399,7 @@ func TestForwardsFromEnv(t *testing.T) {
 		t.Errorf("FORWARDS alone: %v %v %v", fs, file, err)
 	}
 	fs, file, err = forwardsFromEnv(env("FORWARDS_FILE", good))
-	if err != nil || file == nil || len(fs) != 2 || fs[1] != (forward{ap("127.0.0.2:22"), ap("10.89.0.2:10001")}) {
+	if err != nil || file == nil || len(fs) != 2 || fs[1] != (forward{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")}) {
 		t.Errorf("FORWARDS_FILE alone: %v %v %v", fs, file, err)
 	}
 	for _, tc := range []struct {

@@ -223,7 +223,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		}
 		go announceReady(ctx, targets, stdout)
 	}
-	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads}
+	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads, cut: nginxCutter}
 	return s.run(ctx, stopped)
 }
 

@@ -42,10 +42,15 @@ type watched struct {
 	// signal makes the child re-read the file; 0 means it has to be
 	// restarted instead.
 	signal syscall.Signal
+	// cutDropped: a change that drops a line of the file the child runs
+	// may have taken away what its open connections were let in by, so
+	// the reload ends the workers that hold them (see cut.go).
+	cutDropped bool
 }
 
 // defaultWatches: nginx re-reads its config on SIGHUP, and its old worker
-// finishes the connections it has. dnsmasq re-reads only its hosts and
+// finishes the connections it has, unless the new config dropped an
+// entry (cut.go). dnsmasq re-reads only its hosts and
 // servers files on SIGHUP, not the address= and host-record= lines of its
 // config, so it is restarted, behind the DNS front that keeps the router's
 // address answering meanwhile; it runs from a copy that listens where the
@@ -53,10 +58,11 @@ type watched struct {
 // once its ports are served.
 func defaultWatches(configDir, runDir string, backend netip.AddrPort) []watched {
 	return []watched{{
-		path:   filepath.Join(configDir, "nginx.conf"),
-		child:  "nginx",
-		check:  func(path string) []string { return []string{"nginx", "-t", "-q", "-c", path} },
-		signal: syscall.SIGHUP,
+		path:       filepath.Join(configDir, "nginx.conf"),
+		child:      "nginx",
+		check:      func(path string) []string { return []string{"nginx", "-t", "-q", "-c", path} },
+		signal:     syscall.SIGHUP,
+		cutDropped: true,
 	}, {
 		path:    filepath.Join(configDir, "dnsmasq.conf"),
 		child:   "dnsmasq",
@@ -90,6 +96,8 @@ type configWatcher struct {
 	files  []watched
 	stamps []filestamp.Stamp
 	sums   [][32]byte
+	// running is, for files with cutDropped, the content the child runs.
+	running [][]byte
 	// runCheck runs a check and returns its output; tests replace it.
 	runCheck func(ctx context.Context, argv []string) (string, error)
 	log      *log.Logger
@@ -100,6 +108,7 @@ func newConfigWatcher(files []watched, logger *log.Logger) *configWatcher {
 		files:    files,
 		stamps:   make([]filestamp.Stamp, len(files)),
 		sums:     make([][32]byte, len(files)),
+		running:  make([][]byte, len(files)),
 		runCheck: runCheck,
 		log:      logger,
 	}
@@ -125,8 +134,27 @@ func (w *configWatcher) prepare() error {
 			}
 		}
 		w.stamps[i], w.sums[i] = filestamp.Of(fi), sha256.Sum256(b)
+		if f.cutDropped {
+			w.running[i] = b
+		}
 	}
 	return nil
+}
+
+// dropsLine says whether a line of old is missing from new. The
+// launcher's configs only gain lines when hosts are added; anything else
+// is taken to narrow what the child lets through.
+func dropsLine(old, new []byte) bool {
+	have := map[string]bool{}
+	for _, l := range strings.Split(string(new), "\n") {
+		have[strings.TrimSpace(l)] = true
+	}
+	for _, l := range strings.Split(string(old), "\n") {
+		if !have[strings.TrimSpace(l)] {
+			return true
+		}
+	}
+	return false
 }
 
 // writeLive replaces path through a temp file and a rename.
@@ -204,7 +232,12 @@ func (w *configWatcher) poll(ctx context.Context) []reload {
 				continue
 			}
 		}
-		out = append(out, reload{child: f.child, file: name, signal: f.signal})
+		r := reload{child: f.child, file: name, signal: f.signal}
+		if f.cutDropped {
+			r.cut = dropsLine(w.running[i], b)
+			w.running[i] = b
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -104,7 +104,9 @@ func TestWatcherPoll(t *testing.T) {
 		t.Errorf("unchanged files gave %v", got)
 	}
 
-	replaceFile(t, nginx, "nginx 2\n")
+	// A config that only gains lines (hosts added) keeps the old
+	// workers' connections.
+	replaceFile(t, nginx, "nginx 1\nnginx 2\n")
 	if got, want := w.poll(ctx), []reload{{child: "nginx", file: "nginx.conf", signal: syscall.SIGHUP}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("new nginx.conf gave %v, want %v", got, want)
 	}
@@ -113,7 +115,7 @@ func TestWatcherPoll(t *testing.T) {
 	}
 
 	// The same content again (a new inode) is no change.
-	replaceFile(t, nginx, "nginx 2\n")
+	replaceFile(t, nginx, "nginx 1\nnginx 2\n")
 	if got := w.poll(ctx); len(got) != 0 {
 		t.Errorf("rewriting the same nginx.conf gave %v", got)
 	}
@@ -150,10 +152,16 @@ func TestWatcherPoll(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, got)
 		}
 	}
-	// Fixing it reloads.
-	replaceFile(t, nginx, "nginx 3\n")
-	if got := w.poll(ctx); len(got) != 1 || got[0].child != "nginx" {
-		t.Errorf("a fixed nginx.conf gave %v", got)
+	// Fixing it reloads; it drops a line of the running config (not of
+	// the rejected one), so the old workers are cut.
+	replaceFile(t, nginx, "nginx 2\nnginx 3\n")
+	if got, want := w.poll(ctx), []reload{{child: "nginx", file: "nginx.conf", signal: syscall.SIGHUP, cut: true}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("a fixed nginx.conf that drops a line gave %v, want %v", got, want)
+	}
+	// Lines moved about, none gone: no cut.
+	replaceFile(t, nginx, "nginx 3\n  nginx 2\n\n")
+	if got := w.poll(ctx); len(got) != 1 || got[0].cut {
+		t.Errorf("a reordered nginx.conf gave %v, want a reload without a cut", got)
 	}
 
 	// Files that go away (the session's teardown) change nothing.

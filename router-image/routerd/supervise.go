@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -24,6 +25,9 @@ type supervisor struct {
 	log            *log.Logger
 	// reloads brings changed config files that passed their check.
 	reloads <-chan reload
+	// cut ends a child's old workers after a reload that asks for it;
+	// without workers set, reloads cut nothing.
+	cut cutter
 }
 
 type exit struct {
@@ -37,6 +41,9 @@ type reload struct {
 	child  string
 	file   string // for the log
 	signal syscall.Signal
+	// cut: the connections the child holds from before must end (for a
+	// child reloaded by signal).
+	cut bool
 }
 
 // overdue says a restarting child had its grace period; seq tells one
@@ -99,11 +106,27 @@ loop:
 			case i < 0:
 				s.log.Printf("cannot reload %s: no child %s", r.file, r.child)
 			case r.signal != 0:
+				// The workers from before the signal hold every
+				// connection let in under the config being replaced.
+				var old []proc
+				if r.cut && s.cut.workers != nil {
+					old = s.cut.workers(cmds[i].Process.Pid)
+				}
 				if err := cmds[i].Process.Signal(r.signal); err != nil {
 					s.log.Printf("cannot reload %s: %v", r.file, err)
 					continue
 				}
 				s.log.Printf("reloaded %s", r.file)
+				if old != nil {
+					name, file := s.children[i].name, r.file
+					go func() {
+						if n := s.cut.cut(ctx, old); ctx.Err() == nil {
+							// nginx then reports each connection as an
+							// "open socket left" alert.
+							s.log.Printf("%s dropped entries: ended %s and the connections they held", file, plural(n, "old "+name+" worker"))
+						}
+					}()
+				}
 			case restarting[i] != 0:
 				// The restart under way reads the newest file anyway.
 			default:
@@ -207,4 +230,11 @@ func (s *supervisor) stopRemaining(cmds []*exec.Cmd, done []bool, exits <-chan e
 			signalAll(syscall.SIGKILL)
 		}
 	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
