@@ -22,6 +22,16 @@ const ngxStreamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
 // addresses in the host's own ranges.
 const upstreamResolver = "127.0.0.1:5353"
 
+// tlsSocketDir is where nginx's TLS server listens, in the router and the
+// forwarder alike: a directory of the session's that only those two mount.
+// The agent shares the forwarder's network namespace, so a TCP listener on
+// the router could be reached around the forwarder's ClientHello check; a
+// path it has no mount for cannot.
+const (
+	tlsSocketDir = "/run/agent-sandbox-tls"
+	tlsSocket    = tlsSocketDir + "/tls.sock"
+)
+
 // routerPlan is where every allowlisted host is answered and relayed.
 type routerPlan struct {
 	entries []entry
@@ -137,6 +147,10 @@ stream {
     # Only the pages a burst fills become resident.
     proxy_buffer_size 256k;
 
+    # The TLS server listens on a unix socket that only the forwarder can
+    # reach, and logs its port as 443 for the denial parsers.
+    log_format egress_tls '$remote_addr port=443 sni="$ssl_preread_server_name" upstream="$upstream_addr" status=$status sent=$bytes_sent received=$bytes_received';
+
     # Only an allowlisted SNI gets an upstream; anything else is closed.
     map $ssl_preread_server_name $sni_upstream {
         hostnames;
@@ -155,12 +169,13 @@ stream {
 	fmt.Fprintf(&b, `    }
 
     server {
-        listen %s:443;
+        listen unix:%s;
+        access_log /dev/stderr egress_tls;
         ssl_preread on;
         preread_timeout 10s;
         proxy_pass $sni_upstream;
     }
-`, routerIP)
+`, tlsSocket)
 	ports := p.sortedPortEntries()
 	if len(ports) == 0 {
 		b.WriteString("}\n")
@@ -190,11 +205,14 @@ func (p routerPlan) sortedPortEntries() []entry {
 }
 
 // forwards renders the forwarder's FORWARDS: each listen address in the pod
-// and the router port it relays to. Pairs to the router's 443 carry TLS
-// and are marked /tls: the forwarder refuses a ClientHello there that asks
-// for ECH, whose hidden name nginx could not check.
+// and the router port it relays to. Pairs to the router's TLS socket are
+// marked /tls: the forwarder refuses a ClientHello there that asks for ECH,
+// whose hidden name nginx could not check. The socket is reached through a
+// directory only the router and the forwarder mount, so the agent cannot
+// get to nginx's TLS server past that check.
 func (p routerPlan) forwards(routerIP string) string {
-	pairs := []string{fmt.Sprintf("127.0.0.1:443=%s:443/tls", routerIP)}
+	tls := "unix:" + tlsSocket + "/tls"
+	pairs := []string{"127.0.0.1:443=" + tls}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {
 		addr := p.loopback[e.Host]
@@ -202,7 +220,7 @@ func (p routerPlan) forwards(routerIP string) string {
 			// The host's own address must serve HTTPS too, since its
 			// name resolves there.
 			seen[addr] = true
-			pairs = append(pairs, fmt.Sprintf("%s:443=%s:443/tls", addr, routerIP))
+			pairs = append(pairs, fmt.Sprintf("%s:443=%s", addr, tls))
 		}
 		pairs = append(pairs, fmt.Sprintf("%s:%d=%s:%d", addr, e.Port, routerIP, p.routerPort[e]))
 	}

@@ -478,6 +478,10 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		warn("%v", err)
 		return exitRefused
 	}
+	if err := makeTLSDir(cfg.tmp); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
 
 	// The router and the pod do not depend on each other: start them side
 	// by side, and start the agent only when both are ready. The first
@@ -622,8 +626,12 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		cfg.egressNetwork(): {},
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
-	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}}}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String(), "HOST_ADDRS": hostAddrs()}
+	r.Mounts = []spec.Mount{
+		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
+	}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String(),
+		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs()}
 	return r
 }
 
@@ -660,7 +668,10 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 	f.CapDrop = []string{"all"}
 	f.CapAdd = []string{"NET_BIND_SERVICE"}
 	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
-	f.Mounts = []spec.Mount{{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}}}
+	f.Mounts = []spec.Mount{
+		{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(configDir), Destination: tlsSocketDir, Options: []string{"ro", "z"}},
+	}
 	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
 	return f
 }
@@ -693,6 +704,19 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
 	c.Command = cfg.cmd
 	return c
+}
+
+// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
+func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
+
+// makeTLSDir makes tlsDirOf(tmp), open to the forwarder, which connects
+// as another uid of the user namespace.
+func makeTLSDir(tmp string) error {
+	dir := tlsDirOf(tmp)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cannot make the router's socket dir: %w", err)
+	}
+	return os.Chmod(dir, 0o755)
 }
 
 // routerAddress is .2 of the session network's /24: .1 is the gateway.

@@ -205,10 +205,15 @@ func TestSessionSpecs(t *testing.T) {
 	if _, ok := r.Networks[egressNet]; !ok {
 		t.Error("router is not on the egress network")
 	}
-	if len(r.Mounts) != 1 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") {
-		t.Errorf("router config mount = %+v, want %s read-only at /etc/router", r.Mounts, cfg.tmp)
+	tlsDir := filepath.Join(cfg.tmp, "tls")
+	if len(r.Mounts) != 2 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") ||
+		r.Mounts[1].Source != tlsDir || r.Mounts[1].Destination != tlsSocketDir || slices.Contains(r.Mounts[1].Options, "ro") {
+		t.Errorf("router mounts = %+v, want %s read-only at /etc/router and %s read-write at %s", r.Mounts, cfg.tmp, tlsDir, tlsSocketDir)
 	}
-	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" || r.Env["READY_ADDR"] != "10.89.7.2" {
+	if fi, err := os.Stat(tlsDir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the TLS socket dir %s: %v %v, want mode 0755 (the forwarder is another uid)", tlsDir, fi, err)
+	}
+	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" || r.Env["READY_ADDR"] != "10.89.7.2" || r.Env["TLS_SOCKET"] != tlsSocket {
 		t.Errorf("router env = %v", r.Env)
 	}
 	if r.Image != "localhost/agent-sandbox-router:dev" {
@@ -233,10 +238,17 @@ func TestSessionSpecs(t *testing.T) {
 	if f.Env["FORWARDS_FILE"] != "/etc/router/forwards" || f.Env["FORWARDS"] != "" {
 		t.Errorf("forwarder env = %v, want FORWARDS_FILE=/etc/router/forwards", f.Env)
 	}
-	if len(f.Mounts) != 1 || f.Mounts[0].Source != cfg.tmp || f.Mounts[0].Destination != "/etc/router" || !slices.Contains(f.Mounts[0].Options, "ro") {
-		t.Errorf("forwarder config mount = %+v, want %s read-only at /etc/router", f.Mounts, cfg.tmp)
+	if len(f.Mounts) != 2 || f.Mounts[0].Source != cfg.tmp || f.Mounts[0].Destination != "/etc/router" || !slices.Contains(f.Mounts[0].Options, "ro") ||
+		f.Mounts[1].Source != tlsDir || f.Mounts[1].Destination != tlsSocketDir || !slices.Contains(f.Mounts[1].Options, "ro") {
+		t.Errorf("forwarder mounts = %+v, want %s read-only at /etc/router and %s read-only at %s", f.Mounts, cfg.tmp, tlsDir, tlsSocketDir)
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=10.89.7.2:443/tls 127.0.0.2:443=10.89.7.2:443/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
+	// The agent's container has no path to the router's TLS socket.
+	for _, m := range eng.containers[testSession+"-claude"].Mounts {
+		if strings.HasPrefix(m.Source, cfg.tmp) {
+			t.Errorf("the agent mounts the session's router dir: %+v", m)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=unix:"+tlsSocket+"/tls 127.0.0.2:443=unix:"+tlsSocket+"/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
 		t.Errorf("forwards = %q", b)
 	}
 

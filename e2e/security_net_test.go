@@ -175,12 +175,19 @@ func TestECHIsRefused(t *testing.T) {
 			// it sees.
 			probe{"ech hello to allowed.test", hello + "allowed.test 443 --sni allowed.test --alpn " + ech + " --ech " + ech},
 			probe{"ech hello at the forwarder's 127.0.0.1", hello + "127.0.0.1 443 --sni allowed.test --alpn " + ech + "-lo --ech " + ech + "-lo"},
+			// Around the forwarder: nginx's TLS server is not on the
+			// router's address, only on a socket the agent has no path to.
+			probe{"ech hello straight to the router's address", "R=$(awk '/^nameserver/{print $2; exit}' /etc/resolv.conf); " +
+				hello + "$R 443 --sni allowed.test --alpn " + ech + "-r --ech " + ech + "-r"},
 			// The opened path: the same hello without the extension.
 			probe{"the same hello without ech", hello + "allowed.test 443 --sni allowed.test --alpn " + alpn},
 			probe{"a new connection after the refusals", "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test/" + name},
 		)
 		wantFailed(t, res, "ech hello to allowed.test")
 		wantFailed(t, res, "ech hello at the forwarder's 127.0.0.1")
+		if p := res["ech hello straight to the router's address"]; p.RC == 0 || !strings.Contains(p.Out, "ConnectionRefusedError") {
+			t.Errorf("a hello straight to the router's 443 was not refused at connect: %s", p)
+		}
 		wantNeverArrived(t, ech, "a ClientHello with encrypted_client_hello")
 		wantOK(t, res, "the same hello without ech", "server hello")
 		wantArrived(t, alpn, "the same ClientHello without encrypted_client_hello")

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -213,5 +215,51 @@ func TestRelayClosesASlowHello(t *testing.T) {
 		}
 		closedWithin(t, c, 5*time.Second, "a client that stopped sending")
 		noAccept(t, up)
+	}
+}
+
+// unixUpstream is a unix socket listener, as nginx's TLS server is in the
+// router, counting what it accepts and echoing it back.
+func unixUpstream(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tls.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+				_ = c.(*net.UnixConn).CloseWrite()
+			}()
+		}
+	}()
+	return path, &accepted
+}
+
+func TestRelayToAUnixSocketChecksTheHello(t *testing.T) {
+	path, accepted := unixUpstream(t)
+	addrs, log := startRelays(t, forward{listen: ap("127.0.0.1:0"), socket: path, tls: true})
+	echoed(t, addrs[0], append(browserHello(), "application data"...))
+	if accepted.Load() != 1 {
+		t.Fatalf("the socket accepted %d connections, want 1", accepted.Load())
+	}
+	c := dial(t, addrs[0])
+	if _, err := c.Write(browserHello(echExt("nonce-in-ech"))); err != nil {
+		t.Fatal(err)
+	}
+	closedWithin(t, c, 5*time.Second, "a client that sent ECH")
+	log.waitFor(t, "forwarder: refused a TLS ClientHello with encrypted_client_hello (0xfe0d) on "+addrs[0]+"\n", 5*time.Second)
+	if accepted.Load() != 1 {
+		t.Errorf("the ECH hello reached the socket (%d connections)", accepted.Load())
 	}
 }

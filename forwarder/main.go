@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -25,6 +26,9 @@ const dialTimeout = 5 * time.Second
 type forward struct {
 	listen netip.AddrPort
 	target netip.AddrPort
+	// socket, when set, is the target instead: a unix socket (the
+	// router's TLS server, which the agent has no path to).
+	socket string
 	// tls says the pair carries TLS: each client's ClientHello is read
 	// and looked at before anything is relayed (see readHello).
 	tls bool
@@ -35,10 +39,22 @@ const tlsOption = "/tls"
 
 // describe is how a pair's destination is logged.
 func (f forward) describe() string {
-	if f.tls {
-		return f.target.String() + " (TLS; a ClientHello with ECH is refused)"
+	t := f.target.String()
+	if f.socket != "" {
+		t = "unix:" + f.socket
 	}
-	return f.target.String()
+	if f.tls {
+		return t + " (TLS; a ClientHello with ECH is refused)"
+	}
+	return t
+}
+
+// dialTarget is the network and address to dial for f.
+func (f forward) dialTarget() (string, string) {
+	if f.socket != "" {
+		return "unix", f.socket
+	}
+	return "tcp", f.target.String()
 }
 
 const readyLine = "forwarder: ready"
@@ -111,6 +127,19 @@ func parseForward(pair string) (forward, error) {
 		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT, optionally followed by /tls)")
 	}
 	target, tls := strings.CutSuffix(target, tlsOption)
+	if path, ok := strings.CutPrefix(target, "unix:"); ok {
+		l, err := parseAddrPort("listen", listen)
+		if err != nil {
+			return forward{}, err
+		}
+		if !l.Addr().IsLoopback() {
+			return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
+		}
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+			return forward{}, fmt.Errorf("bad target socket %q: want unix:/ABSOLUTE/PATH", path)
+		}
+		return forward{listen: l, socket: path, tls: tls}, nil
+	}
 	if i := strings.LastIndexByte(target, '/'); i >= 0 {
 		return forward{}, fmt.Errorf("unknown option %q after the target (the only one is %s)", target[i:], tlsOption)
 	}
@@ -298,7 +327,8 @@ func relay(l *listener, client *net.TCPConn) {
 	// No keepalive probes: both ends of this hop are on this machine, and
 	// each probe setting costs a syscall per connection.
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
-	c, err := d.DialContext(ctx, "tcp", l.target.String())
+	network, addr := l.dialTarget()
+	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
 		// server had nothing to say.
@@ -306,7 +336,7 @@ func relay(l *listener, client *net.TCPConn) {
 		_ = client.Close()
 		return
 	}
-	upstream := c.(*net.TCPConn)
+	upstream := c.(relayConn)
 	closeBoth := func() {
 		_ = client.Close()
 		_ = upstream.Close()
@@ -330,10 +360,18 @@ func relay(l *listener, client *net.TCPConn) {
 // pipe copies src to dst with splice (see relayCopy). A clean EOF is passed
 // on as a half-close; an error aborts both directions, since the other one
 // may otherwise wait forever.
-func pipe(dst, src *net.TCPConn, abort func()) {
+func pipe(dst, src relayConn, abort func()) {
 	if err := relayCopy(dst, src); err != nil {
 		abort()
 		return
 	}
 	_ = dst.CloseWrite()
+}
+
+// relayConn is either end of a relay: a TCP client, or the router over
+// TCP or a unix socket.
+type relayConn interface {
+	net.Conn
+	syscall.Conn
+	CloseWrite() error
 }

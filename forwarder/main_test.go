@@ -45,6 +45,11 @@ func TestParseForwards(t *testing.T) {
 			{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")},
 			{listen: ap("[::1]:443"), target: ap("[fd00::2]:443"), tls: true},
 		}},
+		// The router's TLS server on a unix socket.
+		{"127.0.0.1:443=unix:/run/agent-sandbox-tls/tls.sock/tls 127.0.0.2:443=unix:/run/x.sock", []forward{
+			{listen: ap("127.0.0.1:443"), socket: "/run/agent-sandbox-tls/tls.sock", tls: true},
+			{listen: ap("127.0.0.2:443"), socket: "/run/x.sock"},
+		}},
 		// The same target behind two listen addresses is fine.
 		{"127.0.0.1:80=10.89.0.2:443 127.0.0.1:443=10.89.0.2:443", []forward{
 			{listen: ap("127.0.0.1:80"), target: ap("10.89.0.2:443")},
@@ -99,6 +104,9 @@ func TestParseForwards(t *testing.T) {
 		{"127.0.0.1:443=10.89.0.2:443/", []string{`unknown option "/"`}},
 		{"127.0.0.1:443/tls=10.89.0.2:443", []string{"bad listen"}},
 		{"127.0.0.1:443=/tls", []string{"bad target address"}},
+		{"127.0.0.1:443=unix:run/tls.sock", []string{"bad target socket", "unix:/ABSOLUTE/PATH"}},
+		{"127.0.0.1:443=unix:/run/../tls.sock/tls", []string{"bad target socket"}},
+		{"10.0.0.1:443=unix:/run/tls.sock", []string{"not loopback"}},
 	}
 	for _, tc := range bad {
 		got, err := parseForwards(tc.in)

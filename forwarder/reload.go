@@ -109,7 +109,7 @@ func (r *relays) update(fs []forward) {
 		want[key(f.listen)] = f
 	}
 	for addr, l := range r.open {
-		if f, ok := want[addr]; ok && f.target == l.target && f.tls == l.tls {
+		if f, ok := want[addr]; ok && f.target == l.target && f.socket == l.socket && f.tls == l.tls {
 			continue
 		}
 		_ = l.ln.Close()

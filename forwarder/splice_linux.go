@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"sync"
 	"syscall"
 )
@@ -78,7 +77,7 @@ func splice(in, out int, n int) (int, syscall.Errno) {
 
 // relayCopy moves src's bytes to dst until src's EOF, through a pipe,
 // without a copy to user space.
-func relayCopy(dst, src *net.TCPConn) error {
+func relayCopy(dst, src relayConn) error {
 	rs, err := src.SyscallConn()
 	if err != nil {
 		return err

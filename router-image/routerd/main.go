@@ -41,10 +41,13 @@ type config struct {
 	// front, when set, is the router's DNS address, served by routerd
 	// and passed on to dnsmasq at backend.
 	front, backend netip.AddrPort
-	dnsListen      string
-	upstreams      []netip.AddrPort
-	allow          []netip.Prefix
-	children       []child
+	// tlsSocket is nginx's TLS server (TLS_SOCKET), which the forwarder
+	// alone reaches; "" when nginx listens on the router's address.
+	tlsSocket string
+	dnsListen string
+	upstreams []netip.AddrPort
+	allow     []netip.Prefix
+	children  []child
 	// watch names the config files whose changes reach the children
 	// while they run.
 	watch []watched
@@ -107,6 +110,7 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 	}
 	return config{
 		readyAddr: ready,
+		tlsSocket: strings.TrimSpace(getenv("TLS_SOCKET")),
 		front:     netip.AddrPortFrom(ready, 53),
 		backend:   dnsmasqBackend,
 		dnsListen: defaultDNSListen,
@@ -216,10 +220,13 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		go w.follow(ctx, configPoll, reloads)
 	}
 	if cfg.readyAddr.IsValid() {
-		targets := []netip.AddrPort{netip.AddrPortFrom(cfg.readyAddr, 53), netip.AddrPortFrom(cfg.readyAddr, 443)}
+		targets := []readyTarget{{"tcp", netip.AddrPortFrom(cfg.readyAddr, 53).String()}, {"tcp", netip.AddrPortFrom(cfg.readyAddr, 443).String()}}
 		if cfg.front.IsValid() {
 			// Our front answers on port 53 at once; dnsmasq is behind it.
-			targets[0] = cfg.backend
+			targets[0].addr = cfg.backend.String()
+		}
+		if cfg.tlsSocket != "" {
+			targets[1] = readyTarget{"unix", cfg.tlsSocket}
 		}
 		go announceReady(ctx, targets, stdout)
 	}
@@ -231,16 +238,24 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 // agent may start: polling from outside would cost a podman exec each time.
 const readyLine = "routerd: ready"
 
-// announceReady waits until every target accepts TCP (dnsmasq on 53, nginx
-// on 443), then prints readyLine. A bare connect makes dnsmasq log no query.
-func announceReady(ctx context.Context, targets []netip.AddrPort, out io.Writer) {
+// readyTarget is a listener announceReady waits for.
+type readyTarget struct{ network, addr string }
+
+// announceReady waits until every target accepts a connection (dnsmasq on
+// 53, nginx's TLS server), then prints readyLine. A bare connect makes
+// dnsmasq log no query. nginx's unix socket is opened to every uid once it
+// is there: the forwarder connects as another uid of its user namespace,
+// and only the forwarder and the router mount its directory.
+func announceReady(ctx context.Context, targets []readyTarget, out io.Writer) {
 	var d net.Dialer
 	for _, t := range targets {
-		target := t.String()
 		for {
 			dctx, cancel := context.WithTimeout(ctx, time.Second)
-			c, err := d.DialContext(dctx, "tcp", target)
+			c, err := d.DialContext(dctx, t.network, t.addr)
 			cancel()
+			if err == nil && t.network == "unix" {
+				err = os.Chmod(t.addr, 0o666)
+			}
 			if err == nil {
 				_ = c.Close()
 				break

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +26,7 @@ func TestAnnounceReadyWaitsForEveryListener(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		announceReady(ctx, []netip.AddrPort{netip.MustParseAddrPort(first.Addr().String()), secondAddr}, out)
+		announceReady(ctx, []readyTarget{{"tcp", first.Addr().String()}, {"tcp", secondAddr.String()}}, out)
 		close(done)
 	}()
 	// announceReady has connected to the first listener: it is on to the
@@ -93,8 +94,40 @@ func TestAnnounceReadyGivesUpOnCancel(t *testing.T) {
 	out := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	announceReady(ctx, []netip.AddrPort{addr}, out)
+	announceReady(ctx, []readyTarget{{"tcp", addr.String()}}, out)
 	if out.String() != "" {
 		t.Fatalf("announced %q with nothing listening", out.String())
+	}
+}
+
+func TestAnnounceReadyOpensTheTLSSocketToTheForwarder(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "tls.sock")
+	old := syscall.Umask(0o022)
+	ln, err := net.Listen("unix", sock)
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	out := &syncBuffer{}
+	announceReady(context.Background(), []readyTarget{{"unix", sock}}, out)
+	if strings.TrimSpace(out.String()) != readyLine {
+		t.Fatalf("output %q, want %q", out.String(), readyLine)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o666 {
+		t.Errorf("socket mode %v, want 0666: the forwarder connects as another uid", fi.Mode().Perm())
 	}
 }
