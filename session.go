@@ -191,13 +191,16 @@ func launch(ctx context.Context, args []string) int {
 	trace := newTracer()
 	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
 		// Sessions whose launcher was killed are cleaned up beside this
-		// one, so that they cost it no start-up time.
-		gcDone := make(chan struct{})
-		go func() {
-			defer close(gcDone)
-			_, _ = collectGarbage(opCtx, eng, runtimeDir)
-		}()
-		defer func() { <-gcDone }()
+		// one, so that they cost it no start-up time. The leak tests turn
+		// this off, so that a leak is seen after the session that made it.
+		if os.Getenv("AGENT_SANDBOX_NO_START_GC") == "" {
+			gcDone := make(chan struct{})
+			go func() {
+				defer close(gcDone)
+				_, _ = collectGarbage(opCtx, eng, runtimeDir)
+			}()
+			defer func() { <-gcDone }()
+		}
 		return runSession(opCtx, eng, cfg)
 	})
 }

@@ -378,7 +378,7 @@ func createVolume(t *testing.T) string {
 // check compares it before and after, in the style of podman's own tests.
 type inventory map[string][]string
 
-var inventoryKinds = []string{"containers", "pods", "networks", "volumes", "netns", "sockets", "runtime dirs", "processes"}
+var inventoryKinds = []string{"containers", "pods", "networks", "volumes", "images", "netns", "mounts", "firewall", "sockets", "runtime dirs", "tmp files", "processes"}
 
 func takeInventory(t *testing.T) inventory {
 	t.Helper()
@@ -394,6 +394,7 @@ func takeInventory(t *testing.T) inventory {
 		"pods":       {"pod", "ps", "--format", "{{.Name}}"},
 		"networks":   {"network", "ls", "--format", "{{.Name}}"},
 		"volumes":    {"volume", "ls", "--format", "{{.Name}}"},
+		"images":     {"images", "-a", "--noheading", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"},
 	} {
 		wg.Go(func() {
 			out, err := podman(q...)
@@ -426,10 +427,78 @@ func takeInventory(t *testing.T) inventory {
 		inv["runtime dirs"] = append(inv["runtime dirs"], filepath.Base(d))
 	}
 	inv["processes"] = helperProcesses()
+	inv["mounts"] = rootlessMounts(rt)
+	inv["firewall"] = rootlessFirewall(t, rt)
+	inv["tmp files"] = tmpFiles()
 	for k := range inv {
 		slices.Sort(inv[k])
 	}
 	return inv
+}
+
+// rootlessMounts are the mount points in rootless podman's own mount
+// namespace (its pause process's): containers' root file systems, their
+// shm and network namespace mounts end up there.
+func rootlessMounts(rt string) []string {
+	b, err := os.ReadFile(filepath.Join(rt, "libpod", "tmp", "pause.pid"))
+	if err != nil {
+		return nil
+	}
+	info, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(b)), "mountinfo"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range lines(string(info)) {
+		if f := strings.Fields(l); len(f) > 4 {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// rootlessFirewall is the firewall of rootless podman's network namespace
+// (iptables with podman 4's netavark, nftables with podman 5's), without
+// counters: netavark adds chains and rules per network and container.
+func rootlessFirewall(t *testing.T, rt string) []string {
+	t.Helper()
+	nsFiles, _ := filepath.Glob(filepath.Join(rt, "netns", "rootless-netns*"))
+	more, _ := filepath.Glob(filepath.Join(rt, "containers", "networks", "rootless-netns", "rootless-netns"))
+	nsFiles = append(nsFiles, more...)
+	if len(nsFiles) == 0 {
+		return nil
+	}
+	out, err := podman("unshare", "nsenter", "--net="+nsFiles[0], "sh", "-c",
+		"{ iptables-save 2>/dev/null; nft list ruleset 2>/dev/null; } | grep -v '^#' || true")
+	if err != nil {
+		t.Fatalf("inventory: the rootless network namespace's firewall: %v", err)
+	}
+	var rules []string
+	for _, l := range lines(out) {
+		rules = append(rules, firewallCounters.ReplaceAllString(l, ""))
+	}
+	return rules
+}
+
+var firewallCounters = regexp.MustCompile(` \[\d+:\d+\]$|counter packets \d+ bytes \d+`)
+
+// tmpFiles are this user's entries in the shared temp dirs: nothing a
+// session does may leave one.
+func tmpFiles() []string {
+	var out []string
+	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == os.Getuid() {
+				out = append(out, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return out
 }
 
 // helperProcesses are this user's podman helpers on the host; a leaked one
@@ -491,6 +560,24 @@ func (a inventory) counts() string {
 // wantInventory fails the row unless the inventory is back to base, but
 // for the named volumes the row created on purpose. A teardown that
 // finishes after the launcher exited is still a failure, but the row says so.
+// leakSince fails the row if the inventory differs from base once a
+// session has ended, naming the session (what), and returns the inventory
+// to compare the next session with: each leak is reported once, by the
+// session that made it.
+func leakSince(t *testing.T, base inventory, what string) inventory {
+	t.Helper()
+	now := takeInventory(t)
+	for deadline := time.Now().Add(3 * time.Second); base.diff(now) != "" && time.Now().Before(deadline); {
+		// podman's exit commands may still be finishing.
+		time.Sleep(200 * time.Millisecond)
+		now = takeInventory(t)
+	}
+	if d := base.diff(now); d != "" {
+		t.Errorf("%s left this behind:\n%s", what, d)
+	}
+	return now
+}
+
 func wantInventory(t *testing.T, base inventory, what string, newVolumes ...string) {
 	t.Helper()
 	now := func() inventory {

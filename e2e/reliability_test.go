@@ -270,6 +270,8 @@ func TestReliabilityCrash(t *testing.T) {
 		}
 	}
 
+	// With the live session running: what gc must bring podman back to.
+	base := takeInventory(t)
 	row(t, "after SIGKILL of the launcher, agent-sandbox gc removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID := killedSession(t, vol)
 		gc := startLauncher(t, relOpts{Args: []string{"gc"}, HomeVolume: vol}).wait()
@@ -284,6 +286,7 @@ func TestReliabilityCrash(t *testing.T) {
 		}
 		wantCollected(t, victim, victimPID)
 		wantUntouched(t)
+		wantInventory(t, base, "after gc")
 	})
 	row(t, "after SIGKILL of the launcher, the next session's start removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID := killedSession(t, vol)
@@ -291,6 +294,7 @@ func TestReliabilityCrash(t *testing.T) {
 		next.wantCode(0)
 		wantCollected(t, victim, victimPID)
 		wantUntouched(t)
+		wantInventory(t, base, "after the next session")
 	})
 	row(t, "the live session ends normally after both collections", func(t *testing.T) {
 		live.t = t
@@ -553,6 +557,7 @@ func TestReliabilityChurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		base := takeInventory(t)
+		inv := base
 		t.Logf("start: %s", base.counts())
 		rng := mrand.New(mrand.NewPCG(4, 50))
 		sigs := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
@@ -563,7 +568,9 @@ func TestReliabilityChurn(t *testing.T) {
 			kill := rng.IntN(5) < 2
 			p := churnPhases[rng.IntN(len(churnPhases))]
 			sig := sigs[rng.IntN(len(sigs))]
-			o := relOpts{HomeVolume: vol, Env: map[string]string{"XDG_CONFIG_HOME": xdg}, Timeout: time.Minute,
+			// No clean-up of dead sessions at start: it would hide a
+			// leak of the session before.
+			o := relOpts{HomeVolume: vol, Env: map[string]string{"XDG_CONFIG_HOME": xdg, "AGENT_SANDBOX_NO_START_GC": "1"}, Timeout: time.Minute,
 				Cmd: agentCmd("grep -m1 nameserver /etc/resolv.conf")}
 			if kill {
 				o.Cmd = agentCmd(agentLoop)
@@ -588,6 +595,9 @@ func TestReliabilityChurn(t *testing.T) {
 				failures++
 				l.wait()
 				t.Errorf("session %d (%s): exit %d, want %d", i, what, l.Code, want)
+			}
+			inv = leakSince(t, inv, fmt.Sprintf("session %d (%s)", i, what))
+			if l.Code != want {
 				continue
 			}
 			if !kill {
@@ -944,4 +954,72 @@ func foreignHomeVolume(t *testing.T) string {
 		}
 	})
 	return name
+}
+
+// externalContainers are the containers podman's storage holds that are not
+// podman's own: a build's working containers.
+func externalContainers(t *testing.T) []string {
+	t.Helper()
+	out, err := podman("ps", "-a", "--external", "--format", "{{.ID}} {{.Names}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines(out)
+}
+
+func TestReliabilitySignalPhases(t *testing.T) {
+	row(t, "SIGINT during the first-run build: exit 130, nothing left, no half-built image tagged", func(t *testing.T) {
+		untagWithBackup(t, defaultRouterImage)
+		base := takeInventory(t)
+		builds := externalContainers(t)
+		l := startLauncher(t, relOpts{Cmd: []string{"true"}, Timeout: 3 * time.Minute,
+			// Unset: the launcher's own default images, one of them missing.
+			Env: map[string]string{"AGENT_SANDBOX_IMAGE": "", "AGENT_SANDBOX_ROUTER_IMAGE": ""}})
+		// The router's build, from the layer cache, takes seconds: the
+		// signal goes as soon as it is under way.
+		if !l.waitStderrRe(regexp.MustCompile(`image `+regexp.QuoteMeta(defaultRouterImage)+` is missing: building it`), 60*time.Second) {
+			l.signal(syscall.SIGTERM)
+			l.wait()
+			t.Fatal("the launcher never started building the router image")
+		}
+		l.signal(syscall.SIGINT)
+		l.wait()
+		l.wantCode(130)
+		within(t, "exit after SIGINT", l.sinceSignal(), signalExitLimit)
+		if strings.Contains(l.Stderr(), "agent-sandbox: built "+defaultRouterImage) {
+			t.Errorf("the build finished before the signal: the row proved nothing")
+		}
+		if _, err := podman("image", "exists", defaultRouterImage); err == nil {
+			t.Errorf("%s is tagged after a build that was interrupted", defaultRouterImage)
+		}
+		if now := externalContainers(t); !slices.Equal(now, builds) {
+			t.Errorf("the interrupted build left working containers: before %q, after %q", builds, now)
+		}
+		assertNoLeftovers(t)
+		wantInventory(t, base, "after the interrupted build")
+	})
+	row(t, "a second SIGINT during teardown: teardown finishes, exit 130, nothing left", func(t *testing.T) {
+		vol := createVolume(t)
+		base := takeInventory(t)
+		// An agent that ignores SIGTERM holds teardown in the stop's grace
+		// period (3 s), so the second signal lands inside teardown.
+		l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd("trap '' TERM; touch started; while :; do sleep 1; done")})
+		if !l.waitFile("started", 60*time.Second) {
+			l.signal(syscall.SIGTERM)
+			l.wait()
+			t.Fatal("the agent never ran")
+		}
+		l.signal(syscall.SIGINT)
+		first := l.SignalledAt
+		time.Sleep(time.Second)
+		if l.done() {
+			t.Fatal("the launcher ended within a second of the first signal: the second cannot land in teardown")
+		}
+		l.signal(syscall.SIGINT)
+		l.wait()
+		l.wantCode(130)
+		within(t, "exit after the first SIGINT", l.Ended.Sub(first), signalExitLimit)
+		assertNoLeftovers(t)
+		wantInventory(t, base, "after two signals", vol)
+	})
 }
