@@ -1020,6 +1020,6 @@ func TestReliabilitySignalPhases(t *testing.T) {
 		l.wantCode(130)
 		within(t, "exit after the first SIGINT", l.Ended.Sub(first), signalExitLimit)
 		assertNoLeftovers(t)
-		wantInventory(t, base, "after two signals", vol)
+		wantInventory(t, base, "after two signals")
 	})
 }

@@ -185,7 +185,7 @@ func TestECHIsRefused(t *testing.T) {
 		)
 		wantFailed(t, res, "ech hello to allowed.test")
 		wantFailed(t, res, "ech hello at the forwarder's 127.0.0.1")
-		if p := res["ech hello straight to the router's address"]; p.RC == 0 || !strings.Contains(p.Out, "ConnectionRefusedError") {
+		if p := res["ech hello straight to the router's address"]; p.RC == 0 || !strings.Contains(p.Out, "ECONNREFUSED") {
 			t.Errorf("a hello straight to the router's 443 was not refused at connect: %s", p)
 		}
 		wantNeverArrived(t, ech, "a ClientHello with encrypted_client_hello")
