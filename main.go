@@ -27,7 +27,10 @@ func main() {
 	// A closed stdout must end the session through teardown, not kill us.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// A terminal that hangs up ends it as SIGHUP does, SIGHUP or not.
+	ctx, stopHangup := withHangup(ctx, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
 	code := run(ctx, os.Args[1:])
+	stopHangup()
 	stop()
 	os.Exit(code)
 }

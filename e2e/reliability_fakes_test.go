@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,6 +59,90 @@ func fakePodmanService(version string, args []string) int {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"cause":"no such endpoint","message":"fake podman %s: no %s","response":404}`, version, r.URL.Path)
 	}))
+	return 0
+}
+
+// suParentEnv turns this test binary into a parent like `su` (see
+// suParent) when a row runs the launcher under it (relOpts.SuParent).
+const suParentEnv = "ASB_E2E_SU_PARENT"
+
+func init() {
+	if os.Getenv(suParentEnv) != "" {
+		os.Exit(suParent(os.Args[1:]))
+	}
+}
+
+// suParent runs args, the launcher, on its terminal (stdin and stdout) the
+// way `su user` and the shell it starts do, and takes the terminal's
+// hang-up without passing anything on. It writes the launcher's pid to fd 3
+// and exits as the launcher did.
+//
+// Why this is su: when a terminal's master closes, the kernel hangs up the
+// terminal and sends SIGHUP to the session leader only (and, once that
+// leader exits, to the foreground group it had). After `su user` in a
+// terminal and `agent-sandbox` from su's shell, the launcher is not that
+// leader: it is the shell's foreground job, in a process group of its own.
+// The hang-up goes to the processes above it, su forwards only SIGTERM to
+// its shell, and an interactive shell ignores SIGTERM and stays, so nothing
+// ever signals the launcher. This process plays su and its shell in one:
+// the session leader, with the terminal as its controlling terminal (the
+// row starts it so), it catches SIGHUP and stays while the launcher runs,
+// and it runs the launcher as the foreground job in a group of its own.
+// Caught, not ignored: the launcher starts with SIGHUP at its default, as a
+// shell's job does. Signals from the row's own guards go to the launcher's
+// pid directly (launcher.send), never through here.
+func suParent(args []string) int {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	syscall.CloseOnExec(3)
+	pidOut := os.NewFile(3, "pid")
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "su-like parent: no command")
+		return 125
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, suParentEnv+"=") })
+	// The job's own group, made the terminal's foreground before it runs,
+	// as a shell with job control does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "su-like parent: %v\n", err)
+		return 125
+	}
+	pid := cmd.Process.Pid
+	fmt.Fprintf(pidOut, "%d\n", pid)
+	pidOut.Close()
+	pgrp, _ := syscall.Getpgid(pid)
+	var fg int32
+	_ = ioctl(os.Stdin, syscall.TIOCGPGRP, unsafe.Pointer(&fg))
+	sid, _, _ := syscall.RawSyscall(syscall.SYS_GETSID, 0, 0, 0)
+	if int(sid) == os.Getpid() && pgrp == pid && int(fg) == pid {
+		fmt.Fprintf(os.Stderr, "su-like parent: the launcher (pid %d) is the foreground job of session leader %d\n", pid, sid)
+	} else {
+		fmt.Fprintf(os.Stderr, "su-like parent: not set up as su: session %d (want %d), the launcher %d in group %d, foreground group %d\n",
+			sid, os.Getpid(), pid, pgrp, fg)
+	}
+	go func() {
+		for range hup {
+			fmt.Fprintln(os.Stderr, "su-like parent: took SIGHUP and passed nothing on")
+		}
+	}()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			// End as the launcher did, so the row sees the signal.
+			signal.Reset()
+			_ = syscall.Kill(os.Getpid(), ws.Signal())
+			return 128 + int(ws.Signal())
+		}
+		return exit.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "su-like parent: %v\n", err)
+		return 125
+	}
 	return 0
 }
 

@@ -38,8 +38,12 @@ type relOpts struct {
 	Stdin io.Reader
 	// PTY, when set, is the launcher's stdin, stdout and controlling
 	// terminal (the slave side).
-	PTY     *os.File
-	Timeout time.Duration
+	PTY *os.File
+	// SuParent, with PTY, runs the launcher under a parent like `su` (see
+	// suParent): the terminal's session leader, which takes its hang-up
+	// and passes nothing on, with the launcher as its foreground job.
+	SuParent bool
+	Timeout  time.Duration
 	// UID, when set, runs the launcher as this uid and gid in a user
 	// namespace of its own mapped onto the test user: a user that
 	// /etc/subuid and /etc/subgid know nothing of.
@@ -53,6 +57,7 @@ type relOpts struct {
 type launcher struct {
 	t    *testing.T
 	cmd  *exec.Cmd
+	pid  int // the launcher's; cmd's is its su-like parent's, if it has one
 	args []string
 	Dir  string
 	Home string
@@ -113,7 +118,25 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 	if o.Bin != "" {
 		bin = o.Bin
 	}
-	l.cmd = exec.Command(bin, l.args...)
+	var pidR, pidW *os.File
+	if o.SuParent {
+		if o.PTY == nil {
+			t.Fatal("a su-like parent needs a terminal (relOpts.PTY)")
+		}
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pidR, pidW, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		defer pidR.Close()
+		l.cmd = exec.Command(self, append([]string{bin}, l.args...)...)
+		l.cmd.ExtraFiles = []*os.File{pidW}
+		env[suParentEnv] = "1"
+	} else {
+		l.cmd = exec.Command(bin, l.args...)
+	}
 	l.cmd.Dir = l.Dir
 	l.cmd.Env = sessionEnv(env)
 
@@ -147,6 +170,9 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 	l.Started = time.Now()
 	err = l.cmd.Start()
 	errW.Close()
+	if pidW != nil {
+		pidW.Close()
+	}
 	if outW != nil {
 		outW.Close()
 	}
@@ -158,6 +184,21 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 		t.Fatalf("cannot run %s: %v", harness.bin, err)
 	}
 	launched.Store(l.cmd.Process.Pid, true)
+	l.pid = l.cmd.Process.Pid
+	if pidR != nil {
+		// The parent writes it once the launcher runs, or exits.
+		b, _ := io.ReadAll(pidR)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			_ = l.cmd.Process.Kill()
+			_ = l.cmd.Wait()
+			out, _ := io.ReadAll(errR)
+			errR.Close()
+			t.Fatalf("the su-like parent did not start the launcher (pid %q); its stderr:\n%s", b, out)
+		}
+		l.pid = pid
+		launched.Store(pid, true)
+	}
 
 	var readers sync.WaitGroup
 	readers.Go(func() {
@@ -218,17 +259,28 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 		l.TimedOut = true
 		l.mu.Unlock()
 		// As from a closing terminal; teardown still gets its chance.
-		_ = l.cmd.Process.Signal(syscall.SIGTERM)
+		_ = l.send(syscall.SIGTERM)
 		select {
 		case <-l.exited:
 		case <-time.After(45 * time.Second):
+			_ = l.send(syscall.SIGKILL)
 			_ = l.cmd.Process.Kill()
 		}
 	}()
 	return l
 }
 
-func (l *launcher) Pid() int { return l.cmd.Process.Pid }
+// Pid is the launcher's pid, under a su-like parent too.
+func (l *launcher) Pid() int { return l.pid }
+
+// send signals the launcher itself: under a su-like parent, directly, since
+// that parent passes nothing on.
+func (l *launcher) send(sig syscall.Signal) error {
+	if l.pid != l.cmd.Process.Pid {
+		return syscall.Kill(l.pid, sig)
+	}
+	return l.cmd.Process.Signal(sig)
+}
 
 func (l *launcher) done() bool {
 	select {
@@ -297,7 +349,7 @@ func (l *launcher) signal(sig syscall.Signal) {
 	l.mu.Lock()
 	l.SignalledAt = time.Now()
 	l.mu.Unlock()
-	if err := l.cmd.Process.Signal(sig); err != nil {
+	if err := l.send(sig); err != nil {
 		l.t.Errorf("cannot send %s to the launcher: %v", sig, err)
 	}
 }

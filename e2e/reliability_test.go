@@ -722,6 +722,55 @@ func TestReliabilityTerminal(t *testing.T) {
 		wantTermios(t, before, termios(t, slave))
 		assertNoLeftovers(t)
 	})
+	// The launcher on a terminal whose SIGHUP never reaches it: it runs
+	// under a su-like parent (see suParent for why that is `su user` in a
+	// terminal), which takes the hang-up and passes nothing on. Before the
+	// launcher watched its terminal itself, it kept running here, and the
+	// session with it, on a terminal that was gone.
+	row(t, "with a terminal under su, closing the terminal ends the session with 130 though no SIGHUP reaches the launcher", func(t *testing.T) {
+		vol := createVolume(t)
+		base := takeInventory(t)
+		master, slave := openPTY(t)
+		master = closableMaster(t, master)
+		go drain(master)
+		l := startLauncher(t, relOpts{PTY: slave, SuParent: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
+		if !l.waitFile("started", 60*time.Second) {
+			l.signal(syscall.SIGTERM)
+			l.wait()
+			t.Fatalf("the agent never ran")
+		}
+		// The terminal window closes: only the launcher and its parent held
+		// the slave side, and the master goes.
+		slave.Close()
+		closed := time.Now()
+		if err := master.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.exited:
+		case <-time.After(time.Until(closed.Add(signalExitLimit))):
+			t.Errorf("the launcher still ran %s after its terminal closed: it did not notice the hang-up", signalExitLimit)
+			l.signal(syscall.SIGTERM)
+		}
+		l.wait()
+		for _, want := range []string{
+			"su-like parent: the launcher (pid " + strconv.Itoa(l.Pid()) + ") is the foreground job of session leader",
+			"su-like parent: took SIGHUP and passed nothing on",
+		} {
+			if !strings.Contains(l.Stderr(), want) {
+				t.Errorf("the parent's stderr does not say %q: the row did not model su", want)
+			}
+		}
+		if !strings.Contains(l.Stderr(), "agent-sandbox: the terminal hung up") {
+			t.Errorf("the launcher does not say the terminal hung up")
+		}
+		l.wantCode(130)
+		within(t, "exit after the terminal closed", l.Ended.Sub(closed), signalExitLimit)
+		wantStopped(t, l, closed)
+		// No terminal mode to check: the terminal is gone.
+		assertNoLeftovers(t)
+		wantInventory(t, base, "after the session")
+	})
 	row(t, "without a terminal, piped text passes through unchanged and EOF ends the agent", func(t *testing.T) {
 		l := startLauncher(t, relOpts{Cmd: []string{"cat"}, Stdin: strings.NewReader("hi\n"), Timeout: 60 * time.Second}).wait()
 		l.wantCode(0)
@@ -753,6 +802,28 @@ func drain(master *os.File) {
 			return
 		}
 	}
+}
+
+// closableMaster is a terminal's master that Close really closes while
+// drain reads it. openPTY's is in blocking mode (its ioctls took Fd), and a
+// read blocked in the kernel keeps a file open past Close: the terminal
+// would never hang up. A non-blocking copy's read waits in Go's poller
+// instead, which Close wakes.
+func closableMaster(t *testing.T, master *os.File) *os.File {
+	t.Helper()
+	fd, err := syscall.Dup(int(master.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.CloseOnExec(fd)
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	m := os.NewFile(uintptr(fd), master.Name())
+	master.Close()
+	t.Cleanup(func() { m.Close() })
+	return m
 }
 
 func wantTermios(t *testing.T, before, after syscall.Termios) {
