@@ -159,6 +159,17 @@ def cmd_send(proto, host, port, payload, *opts):
     print("%s %s:%s %s" % (proto, host, port, what))
     return 0 if ok else 1
 
+def cmd_resolve(name):
+    """The system resolver (getaddrinfo), with its error by name."""
+    try:
+        addrs = sorted({a[4][0] for a in socket.getaddrinfo(name, None)})
+    except socket.gaierror as e:
+        names = {getattr(socket, k): k for k in ("EAI_NONAME", "EAI_AGAIN", "EAI_FAIL", "EAI_NODATA", "EAI_ADDRFAMILY", "EAI_SERVICE", "EAI_SYSTEM") if hasattr(socket, k)}
+        print("getaddrinfo %s: %s (%s)" % (name, names.get(e.errno, str(e.errno)), e.strerror))
+        return 1
+    print("getaddrinfo %s: %s" % (name, " ".join(addrs)))
+    return 0
+
 def ext(t, data):
     return struct.pack(">HH", t, len(data)) + data
 

@@ -52,9 +52,14 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 			if f := strings.Fields(l); len(f) >= 4 {
 				if f[2] != "failed" {
 					t.Errorf("LEAK: direct %s", l)
+				} else if f[3] != "ENETUNREACH" {
+					t.Errorf("direct %s: failed, but not for want of a route (ENETUNREACH)", l)
 				}
 				why = append(why, f[3])
 			}
+		}
+		if len(why) != len(s.directNonces) {
+			t.Errorf("the direct probe reported %d sends of %d: it did not run as written: %s", len(why), len(s.directNonces), r)
 		}
 		leaks := 0
 		for _, n := range s.directNonces {
@@ -184,15 +189,16 @@ func (s *secSuite) row8(t *testing.T, ev *evidence) {
 	if r, ok := s.main.res["host.containers.internal does not resolve"]; ok {
 		if r.RC == 0 {
 			t.Errorf("host.containers.internal resolves in the sandbox: %s", r)
-		} else {
-			ev.add("host.containers.internal: no such name")
+		} else if wantReason(t, "host.containers.internal", r, rNoName) {
+			ev.add("host.containers.internal: no such name (EAI_NONAME)")
 		}
 	}
 	if r, ok := s.opened.res["allowlisted host.containers.internal resolves to the forwarder"]; ok {
-		if !strings.Contains(r.Out, "127.0.") {
-			t.Errorf("allowlisted host.containers.internal does not resolve to the forwarder: %s", r)
+		if r.RC != 0 || !regexp.MustCompile(`^getaddrinfo host\.containers\.internal: 127\.0\.0\.\d+$`).MatchString(strings.TrimSpace(r.Out)) {
+			t.Errorf("allowlisted host.containers.internal does not resolve to the forwarder alone: %s", r)
 		}
 	}
+
 	s.quiet(t, ev, "host canaries")
 	ev.add("host canaries on %s port %d", strings.Join(append([]string{"127.0.0.1", "::1"}, s.env.hostIPs...), ", "), s.env.hostPort)
 	s.checkControl(t, ev, "sends to the machine's address from the egress network (via host.containers.internal) and to loopback from the host",
@@ -203,8 +209,8 @@ func (s *secSuite) row9(t *testing.T, ev *evidence) {
 	if r, ok := s.main.res["write /etc/resolv.conf and /etc/hosts"]; ok {
 		if r.RC == 0 {
 			t.Errorf("the agent can write /etc/resolv.conf or /etc/hosts: %s", r)
-		} else {
-			ev.add("writing /etc/resolv.conf and /etc/hosts: %s", failureReason(r))
+		} else if wantReason(t, "write /etc/resolv.conf and /etc/hosts", r, rWriteEACCES) {
+			ev.add("writing /etc/resolv.conf and /etc/hosts: EACCES")
 		}
 	}
 	s.check(t, ev, &s.main, s.main.ofRow(9))
@@ -269,6 +275,16 @@ func (s *secSuite) row11(t *testing.T, ev *evidence) {
 			}
 			if r.RC == 0 {
 				t.Errorf("LEAK: nested (%s) %s succeeded: %s", m, name, r)
+				continue
+			}
+			if why, ok := nestedReasons[name]; ok {
+				wantReason(t, "nested ("+m+") "+name, r, why)
+				continue
+			}
+			// direct: one line per send, each without a route.
+			sends := lineWith(r.Out, " failed ")
+			if len(sends) != 12 || len(lineWith(r.Out, " failed ENETUNREACH")) != 12 {
+				t.Errorf("nested (%s) direct: want 12 sends failed with ENETUNREACH: %s", m, r)
 			}
 		}
 		for k, n := range nonces {
@@ -284,7 +300,7 @@ func (s *secSuite) row11(t *testing.T, ev *evidence) {
 		}
 	}
 	if !t.Failed() {
-		ev.add("nested containers (%s) share the agent's address; DNS (A/UDP, TXT/TCP), 12 direct sends and raw sockets failed with nonces absent; the allowlisted HTTPS request arrived from each",
+		ev.add("nested containers (%s) share the agent's address; DNS (A/UDP, TXT/TCP: NXDOMAIN), 12 direct sends (ENETUNREACH) and raw sockets (EPERM) failed with nonces absent; the allowlisted HTTPS request arrived from each",
 			strings.Join(s.nestedModes[:ran], ", "))
 	}
 }
@@ -580,3 +596,6 @@ func orNone(s string) string {
 }
 
 var nonceRe = regexp.MustCompile(`n[0-9a-f]{16}`)
+
+// rWriteEACCES: the agent may not write the resolver or hosts file.
+var rWriteEACCES = because("EACCES", []int{1}, `(?m)cannot create /etc/resolv\.conf: Permission denied$`, `(?m)cannot create /etc/hosts: Permission denied$`)

@@ -206,14 +206,14 @@ func (s *secSuite) mainRow1(t *testing.T, ps *probeSet) {
 	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
 		for _, tcp := range []string{"", "+tcp"} {
 			nn := n()
-			ps.add(1, "dns router "+typ+" "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+			ps.add(1, "dns router "+typ+" "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, rNXDOMAIN, nn,
 				routerVar+dnsProbe("@$R "+tcp+" "+nn+".denied.test "+typ))
 		}
 	}
 	for _, tcp := range []string{"", "+tcp"} {
 		nn := n()
 		long := nn + strings.Repeat("a", 63-len(nn)) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63)
-		ps.add(1, "dns router long labels "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+		ps.add(1, "dns router long labels "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, rNXDOMAIN, nn,
 			routerVar+dnsProbe("@$R "+tcp+" "+long+".denied.test TXT"))
 	}
 	for _, typ := range []string{"TXT", "MX", "AAAA", "A"} {
@@ -223,28 +223,28 @@ func (s *secSuite) mainRow1(t *testing.T, ps *probeSet) {
 			// An A query under an allowed wildcard is answered with the
 			// forwarder's loopback address, locally: it must not be
 			// forwarded either.
-			ps.add(1, "dns wildcard "+typ+" answered locally", info, nn, routerVar+"dig +time=2 +tries=1 @$R "+name+" A")
+			ps.add(1, "dns wildcard "+typ+" answered locally", info, noReason, nn, routerVar+"dig +time=2 +tries=1 @$R "+name+" A")
 			continue
 		}
-		ps.add(1, "dns wildcard "+typ+" not forwarded", blocked, nn, routerVar+dnsProbe("@$R +tcp "+name+" "+typ))
+		ps.add(1, "dns wildcard "+typ+" not forwarded", blocked, rNoData, nn, routerVar+dnsProbe("@$R +tcp "+name+" "+typ))
 	}
 	nn := n()
-	ps.add(1, "dns sweep of the session subnet", blocked, nn, "python3 -S ./sec.py sweep "+nn)
+	ps.add(1, "dns sweep of the session subnet", blocked, rSweep, nn, "python3 -S ./sec.py sweep "+nn)
 	nn = n()
-	ps.add(1, "dns to the fake", blocked, nn, dnsProbe("@"+secFakeIP+" "+nn+".denied.test A"))
+	ps.add(1, "dns to the fake", blocked, rDigNoRoute, nn, dnsProbe("@"+secFakeIP+" "+nn+".denied.test A"))
 }
 
 // mainRow2: direct IP.
 func (s *secSuite) mainRow2(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	specs, nonces := directSpecs(t, directTargets()...)
-	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, "", "python3 -S ./sec.py direct "+specs)
+	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, noReason, "", "python3 -S ./sec.py direct "+specs)
 	s.directNonces = nonces
 	for _, dst := range []string{egressGW, secFakeIP} {
 		nn := n()
-		ps.add(2, "udp with MSG_DONTROUTE to "+dst, blocked, nn, "python3 -S ./sec.py send udp "+dst+" 443 "+nn+" dontroute")
+		ps.add(2, "udp with MSG_DONTROUTE to "+dst, blocked, rNoRoute, nn, "python3 -S ./sec.py send udp "+dst+" 443 "+nn+" dontroute")
 	}
-	ps.add(2, "routes", info, "", "ip -4 route; echo; ip route get "+secFakeIP+" 2>&1; ip route get "+egressGW+" 2>&1; true")
+	ps.add(2, "routes", info, noReason, "", "ip -4 route; echo; ip route get "+secFakeIP+" 2>&1; ip route get "+egressGW+" 2>&1; true")
 }
 
 // mainRow3: IPv6.
@@ -252,18 +252,18 @@ func (s *secSuite) mainRow3(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	p := strconv.Itoa(s.env.hostPort)
 	var nn string
-	ps.add(3, "ipv6 routes and addresses", info, "", "ip -6 route; echo; ip -6 -br addr; true")
+	ps.add(3, "ipv6 routes and addresses", info, noReason, "", "ip -6 route; echo; ip -6 -br addr; true")
 	nn = n()
-	ps.add(3, "curl -6 to an allowed name", blocked, nn, curlHTTPS("allowed.test", nn)+" -6")
-	ps.add(3, "aaaa of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test AAAA")
+	ps.add(3, "curl -6 to an allowed name", blocked, rCurlNXDOMAIN, nn, curlHTTPS("allowed.test", nn)+" -6")
+	ps.add(3, "aaaa of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test AAAA")
 	nn = n()
-	ps.add(3, "aaaa under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test AAAA"))
+	ps.add(3, "aaaa under an allowed wildcard", blocked, rNoData, nn, routerVar+dnsProbe("@$R "+nn+".wild.test AAAA"))
 	for _, ip6 := range s.env.hostIPs[1:] {
 		nn = n()
-		ps.add(3, "tcp to the machine's IPv6 address "+ip6, blocked, nn, "python3 -S ./sec.py send tcp "+ip6+" "+p+" "+nn)
+		ps.add(3, "tcp to the machine's IPv6 address "+ip6, blocked, rNoAddr6, nn, "python3 -S ./sec.py send tcp "+ip6+" "+p+" "+nn)
 	}
 	nn = n()
-	ps.add(3, "udp to every link-local node (ff02::1, ff02::2)", blocked, nn, waitDAD+"python3 -S ./sec.py ll6 443 "+nn)
+	ps.add(3, "udp to every link-local node (ff02::1, ff02::2)", blocked, rLL6NoAddr, nn, waitDAD+"python3 -S ./sec.py ll6 443 "+nn)
 }
 
 // mainRow4: UDP, QUIC, ICMP.
@@ -272,14 +272,14 @@ func (s *secSuite) mainRow4(t *testing.T, ps *probeSet) {
 	var nn string
 	for _, dst := range []string{"$R", secFakeIP, egressGW} {
 		nn = n()
-		ps.add(4, "ping "+dst, blocked, nn, routerVar+"ping -c1 -W2 -p "+pingPattern(nn)+" "+dst)
+		ps.add(4, "ping "+dst, blocked, rPingEPERM, nn, routerVar+"ping -c1 -W2 -p "+pingPattern(nn)+" "+dst)
 	}
 	nn = n()
-	ps.add(4, "http3 to an allowed wildcard name", blocked, nn, "curl --http3-only -sS --max-time 5 --cacert ./ca.pem https://"+nn+".wild.test/"+nn)
+	ps.add(4, "http3 to an allowed wildcard name", blocked, rHTTP3Refused, nn, "curl --http3-only -sS --max-time 5 --cacert ./ca.pem https://"+nn+".wild.test/"+nn)
 	nn = n()
-	ps.add(4, "udp 443 to an allowed name's address", blocked, nn, "python3 -S ./sec.py send udp $(getent hosts allowed.test | cut -d' ' -f1) 443 "+nn)
+	ps.add(4, "udp 443 to an allowed name's address", blocked, rRefused, nn, "python3 -S ./sec.py send udp $(getent hosts allowed.test | cut -d' ' -f1) 443 "+nn)
 	nn = n()
-	ps.add(4, "udp 443 to the fake", blocked, nn, "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn)
+	ps.add(4, "udp 443 to the fake", blocked, rNoRoute, nn, "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn)
 }
 
 // mainRow5: SNI tricks, all at the forwarder (127.0.0.1:443).
@@ -296,32 +296,32 @@ func (s *secSuite) mainRow5(t *testing.T, ps *probeSet) {
 		{"oversized hello, allowed sni after 20 kB", "--pad 20000 --sni-last --sni allowed.test --alpn %s"},
 	} {
 		nn = n()
-		ps.add(5, h.name, blocked, nn, "python3 -S ./sec.py hello 127.0.0.1 443 "+strings.ReplaceAll(h.args, "%s", nn))
+		ps.add(5, h.name, blocked, rHelloClosed, nn, "python3 -S ./sec.py hello 127.0.0.1 443 "+strings.ReplaceAll(h.args, "%s", nn))
 	}
 	nn = n()
-	ps.add(5, "denied sni with curl", blocked, nn, "curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".denied.test:443:127.0.0.1 https://"+nn+".denied.test/"+nn)
+	ps.add(5, "denied sni with curl", blocked, rTLSClosed, nn, "curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".denied.test:443:127.0.0.1 https://"+nn+".denied.test/"+nn)
 	nn = n()
-	ps.add(5, "mixed-case sni of an allowed name", arrives, nn, "python3 -S ./sec.py https 127.0.0.1 443 AlLoWeD.TeSt 'GET /"+nn+" HTTP/1.1' AlLoWeD.TeSt")
+	ps.add(5, "mixed-case sni of an allowed name", arrives, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 AlLoWeD.TeSt 'GET /"+nn+" HTTP/1.1' AlLoWeD.TeSt")
 	nn = n()
-	ps.add(5, "trailing dot of an allowed name (curl)", arrives, nn, "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test./"+nn)
+	ps.add(5, "trailing dot of an allowed name (curl)", arrives, noReason, nn, "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test./"+nn)
 	nn = n()
-	ps.add(5, "trailing-dot sni (raw hello)", allowedHostOnly, nn, "python3 -S ./sec.py hello 127.0.0.1 443 --sni allowed.test. --alpn "+nn)
+	ps.add(5, "trailing-dot sni (raw hello)", allowedHostOnly, noReason, nn, "python3 -S ./sec.py hello 127.0.0.1 443 --sni allowed.test. --alpn "+nn)
 	nn = n()
-	ps.add(5, "allowed sni, then CONNECT to another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'CONNECT "+nn+".denied.test:443 HTTP/1.1' "+nn+".denied.test:443")
+	ps.add(5, "allowed sni, then CONNECT to another name", allowedHostOnly, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'CONNECT "+nn+".denied.test:443 HTTP/1.1' "+nn+".denied.test:443")
 	nn = n()
-	ps.add(5, "allowed sni, then Host of another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'GET /x HTTP/1.1' "+nn+".denied.test")
+	ps.add(5, "allowed sni, then Host of another name", allowedHostOnly, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'GET /x HTTP/1.1' "+nn+".denied.test")
 }
 
 // mainRow6: HTTPS and SVCB records.
 func (s *secSuite) mainRow6(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(6, "https record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test HTTPS")
-	ps.add(6, "svcb record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R +tcp allowed.test SVCB")
+	ps.add(6, "https record of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test HTTPS")
+	ps.add(6, "svcb record of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R +tcp allowed.test SVCB")
 	nn = n()
-	ps.add(6, "https record under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test TYPE65"))
+	ps.add(6, "https record under an allowed wildcard", blocked, rNoData, nn, routerVar+dnsProbe("@$R "+nn+".wild.test TYPE65"))
 	nn = n()
-	ps.add(6, "svcb record under an allowed wildcard over tcp", blocked, nn, routerVar+dnsProbe("@$R +tcp "+nn+".wild.test SVCB"))
+	ps.add(6, "svcb record under an allowed wildcard over tcp", blocked, rNoData, nn, routerVar+dnsProbe("@$R +tcp "+nn+".wild.test SVCB"))
 }
 
 // mainRow7: rebinding and SSRF through the router.
@@ -331,23 +331,27 @@ func (s *secSuite) mainRow7(t *testing.T, ps *probeSet) {
 	for _, tgt := range []string{"127.0.0.1", egressGW, "10.99.0.200", "172.31.99.20", "192.168.99.20"} {
 		nn = n()
 		name := "ip-" + strings.ReplaceAll(tgt, ".", "-") + "-" + nn + "." + rebindSuffix
-		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, nn, curlHTTPS(name, nn))
+		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
 	}
-	for _, tgt := range []struct{ name, label string }{
-		{"egress gateway", "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
+	for _, tgt := range []struct{ addr, label string }{
+		{egressGW, "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
 		{"172.31.99.20", "ip-172-31-99-20-c1"}, {"192.168.99.20", "ip-192-168-99-20-c2"},
 	} {
 		nn = n()
-		ps.add(7, "tcp port entry rebound to "+tgt.name, blocked, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
+		name := tgt.addr
+		if tgt.addr == egressGW {
+			name = "egress gateway"
+		}
+		ps.add(7, "tcp port entry rebound to "+name, blocked, rNoEcho, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
 	}
 	nn = n()
-	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, nn,
+	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, rDigClosed, nn,
 		dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
 	nn = n()
-	ps.add(7, "opened path: dns over a port entry to the fake", arrives, nn,
+	ps.add(7, "opened path: dns over a port entry to the fake", arrives, noReason, nn,
 		dnsProbe("+tcp -p 53 @ip-10-99-0-11-dns."+rebindSuffix+" "+nn+".wild.test A"))
 	nn = n()
-	ps.add(7, "opened path: https via a name rebound to the fake", arrives, nn, curlHTTPS("ip-10-99-0-11-"+nn+"."+rebindSuffix, nn))
+	ps.add(7, "opened path: https via a name rebound to the fake", arrives, noReason, nn, curlHTTPS("ip-10-99-0-11-"+nn+"."+rebindSuffix, nn))
 }
 
 // mainRow8: the host.
@@ -356,48 +360,60 @@ func (s *secSuite) mainRow8(t *testing.T, ps *probeSet) {
 	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
 	p := strconv.Itoa(s.env.hostPort)
 	var nn string
-	ps.add(8, "host.containers.internal does not resolve", info, "", "getent hosts host.containers.internal")
+	ps.add(8, "host.containers.internal does not resolve", info, noReason, "", "python3 -S ./sec.py resolve host.containers.internal")
 	nn = n()
-	ps.add(8, "http to host.containers.internal", blocked, nn, "curl -sS --max-time 5 http://host.containers.internal:"+p+"/"+nn)
+	ps.add(8, "http to host.containers.internal", blocked, rCurlNXDOMAIN, nn, "curl -sS --max-time 5 http://host.containers.internal:"+p+"/"+nn)
 	for _, ip := range s.env.hostIPs {
+		why := rNoRoute
+		if strings.Contains(ip, ":") {
+			why = rNoAddr6
+		}
 		for _, proto := range []string{"tcp", "udp"} {
 			nn = n()
-			ps.add(8, proto+" to the machine's address "+ip, blocked, nn, "python3 -S ./sec.py send "+proto+" "+ip+" "+p+" "+nn)
+			ps.add(8, proto+" to the machine's address "+ip, blocked, why, nn, "python3 -S ./sec.py send "+proto+" "+ip+" "+p+" "+nn)
 		}
 	}
 	for _, proto := range []string{"tcp", "udp"} {
 		nn = n()
-		ps.add(8, proto+" to 127.0.0.1 on the canaries' port", blocked, nn, "python3 -S ./sec.py send "+proto+" 127.0.0.1 "+p+" "+nn)
+		ps.add(8, proto+" to 127.0.0.1 on the canaries' port", blocked, rRefused, nn, "python3 -S ./sec.py send "+proto+" 127.0.0.1 "+p+" "+nn)
 	}
 	nn = n()
-	ps.add(8, "tcp port entry rebound to the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	ps.add(8, "tcp port entry rebound to the machine's address", blocked, rNoEcho, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
 	nn = n()
-	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, nn, curlHTTPS("ip-"+hostDash+"-"+nn+"."+rebindSuffix, nn))
+	name := "ip-" + hostDash + "-" + nn + "." + rebindSuffix
+	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
 	nn = n()
-	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
+	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, rNoEcho, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
 }
+
+// rEditedUDP: row 9's datagrams to the new nameservers have no route.
+var rEditedUDP = because("ENETUNREACH", []int{1}, `(?m)^udp `+regexp.QuoteMeta(secFakeIP)+`:53 ENETUNREACH$`, `(?m)^udp `+regexp.QuoteMeta(egressGW)+`:53 ENETUNREACH$`)
 
 // mainRow9: edited resolv.conf and hosts.
 func (s *secSuite) mainRow9(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(9, "write /etc/resolv.conf and /etc/hosts", info, "", "echo 'nameserver "+secFakeIP+"' >> /etc/resolv.conf; r=$?; echo '"+secFakeIP+" allowed.test' >> /etc/hosts; h=$?; [ $r = 0 ] || [ $h = 0 ]")
+	ps.add(9, "write /etc/resolv.conf and /etc/hosts", info, noReason, "", "echo 'nameserver "+secFakeIP+"' >> /etc/resolv.conf; r=$?; echo '"+secFakeIP+" allowed.test' >> /etc/hosts; h=$?; [ $r = 0 ] || [ $h = 0 ]")
 	s.edited = map[string]string{}
-	for _, pr := range []struct{ name, shell string }{
-		{"edited: getent a denied name", "getent hosts %s.denied.test"},
-		{"edited: dig a denied name", "dig +time=1 +tries=1 %s.denied.test TXT | grep -q 'ANSWER: [1-9]'"},
-		{"edited: curl allowed.test now mapped to the fake", "curl -sS --max-time 5 --cacert ./ca.pem https://allowed.test/%s"},
-		{"edited: curl a denied name mapped to the forwarder", "curl -sS --max-time 5 --cacert ./ca.pem https://hosts-%s.denied.test/%s"},
-		{"edited: udp to the new nameservers", "python3 -S ./sec.py send udp " + secFakeIP + " 53 %s && python3 -S ./sec.py send udp " + egressGW + " 53 %s-gw"},
+	for _, pr := range []struct {
+		name  string
+		why   reason
+		shell string
+	}{
+		{"edited: resolve a denied name", rNoResolver, "python3 -S ./sec.py resolve %s.denied.test"},
+		{"edited: dig a denied name", rDigNoRoute, dnsProbe("+time=1 %s.denied.test TXT")},
+		{"edited: curl allowed.test now mapped to the fake", rCurlNoRoute, curlV("-sS --max-time 5 --cacert ./ca.pem https://allowed.test/%s")},
+		{"edited: curl a denied name mapped to the forwarder", rTLSClosed, "curl -sS --max-time 5 --cacert ./ca.pem https://hosts-%s.denied.test/%s"},
+		{"edited: udp to the new nameservers", rEditedUDP, "python3 -S ./sec.py send udp " + secFakeIP + " 53 %s; a=$?; python3 -S ./sec.py send udp " + egressGW + " 53 %s-gw; b=$?; [ $a = 0 ] || [ $b = 0 ]"},
 	} {
 		nn = n()
 		if strings.Contains(pr.name, "mapped to the forwarder") {
 			s.edited["hostsname"] = "hosts-" + nn + ".denied.test"
 		}
-		ps.add(9, pr.name, blocked, nn, "sh ./edited.sh sh -c "+shellQuote(strings.ReplaceAll(pr.shell, "%s", nn)))
+		ps.add(9, pr.name, blocked, pr.why, nn, "sh ./edited.sh sh -c "+shellQuote(strings.ReplaceAll(pr.shell, "%s", nn)))
 	}
 	nn = n()
-	ps.add(9, "edited: the allowed path still works (self-check)", arrives, nn,
+	ps.add(9, "edited: the allowed path still works (self-check)", arrives, noReason, nn,
 		"sh ./edited.sh curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".wild.test:443:127.0.0.1 https://"+nn+".wild.test/"+nn)
 }
 
@@ -405,32 +421,32 @@ func (s *secSuite) mainRow9(t *testing.T, ps *probeSet) {
 func (s *secSuite) mainRow10(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(10, "capabilities", info, "", "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; capsh --print | head -3")
-	ps.add(10, "raw sockets in the pod", blocked, "", "python3 -S ./sec.py rawsock")
-	ps.add(10, "tun device in the pod", blocked, "", "python3 -S ./sec.py tun")
-	ps.add(10, "unshare -Ur: raw sockets in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py rawsock")
-	ps.add(10, "unshare -Ur: tun in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py tun")
-	ps.add(10, "unshare -Ur: add a route", blocked, "", "unshare -Ur ip route add "+secFakeIP+"/32 dev eth0")
+	ps.add(10, "capabilities", info, noReason, "", "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; capsh --print | head -3")
+	ps.add(10, "raw sockets in the pod", blocked, rRawEPERM, "", "python3 -S ./sec.py rawsock")
+	ps.add(10, "tun device in the pod", blocked, rTunEPERM, "", "python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: raw sockets in the pod's network", blocked, rRawEPERM, "", "unshare -Ur python3 -S ./sec.py rawsock")
+	ps.add(10, "unshare -Ur: tun in the pod's network", blocked, rTunEPERM, "", "unshare -Ur python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: add a route", blocked, rIPEPERM, "", "unshare -Ur ip route add "+secFakeIP+"/32 dev eth0")
 	nn = n()
-	ps.add(10, "unshare -Urn: raw packet to the fake", blocked, nn,
+	ps.add(10, "unshare -Urn: raw packet to the fake", blocked, rNsRawNoRoute, nn,
 		"unshare -Urn sh -c 'ip link set lo up && python3 -S ./sec.py rawsock && python3 -S ./sec.py rawsend "+secFakeIP+" 443 "+nn+"'")
 	nn = n()
-	ps.add(10, "unshare -Urn: tun device routed to the egress subnet", blocked, nn,
+	ps.add(10, "unshare -Urn: tun device routed to the egress subnet", blocked, rNsTunTimeout, nn,
 		"unshare -Urn sh -c 'ip tuntap add asbtun0 mode tun && ip link set asbtun0 up && ip addr add 10.99.0.77/24 dev asbtun0 && "+
 			"python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn+"'")
 }
 
 // mainRow12: sockets and runtime dirs.
 func (s *secSuite) mainRow12(_ *testing.T, ps *probeSet) {
-	ps.add(12, "sockets", info, "", "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true")
-	ps.add(12, "runtime dirs and env", info, "",
+	ps.add(12, "sockets", info, noReason, "", "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true")
+	ps.add(12, "runtime dirs and env", info, noReason, "",
 		"ls -d /run/user/* /run/podman /var/run/docker.sock /run/containers 2>&1; env | grep -E '^(XDG_RUNTIME_DIR|DOCKER_HOST|CONTAINER_HOST|CONTAINER_CONNECTION)=' ; "+
 			"grep -cE 'podman\\.sock|agent-sandbox-[0-9]+-[0-9]+-api' /proc/self/mountinfo; true")
 }
 
 // mainRow13: what the agent sees of the helpers.
 func (s *secSuite) mainRow13(_ *testing.T, ps *probeSet) {
-	ps.add(13, "processes", info, "", "ps -eo pid,user,comm")
+	ps.add(13, "processes", info, noReason, "", "ps -eo pid,user,comm")
 }
 
 // editedFiles are row 9's replacement resolver and hosts files, and the
@@ -457,23 +473,23 @@ func (s *secSuite) buildOpened(t *testing.T) {
 	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
 	for _, tgt := range []string{"10.99.0.200", "172.31.99.20", "192.168.99.20"} {
 		nn := n()
-		ps.add(7, "opened: https via a name rebound to "+tgt, arrives, nn, curlHTTPS("ip-"+strings.ReplaceAll(tgt, ".", "-")+"-"+nn+"."+rebindSuffix, nn))
+		ps.add(7, "opened: https via a name rebound to "+tgt, arrives, noReason, nn, curlHTTPS("ip-"+strings.ReplaceAll(tgt, ".", "-")+"-"+nn+"."+rebindSuffix, nn))
 	}
 	for _, label := range []string{"ip-10-99-0-200-c0", "ip-172-31-99-20-c1", "ip-192-168-99-20-c2"} {
 		nn := n()
-		ps.add(7, "opened: tcp port entry "+label, arrives, nn, tcpEcho(label+"."+rebindSuffix, "2222", nn))
+		ps.add(7, "opened: tcp port entry "+label, arrives, noReason, nn, tcpEcho(label+"."+rebindSuffix, "2222", nn))
 	}
 	nn := n()
-	ps.add(7, "still refused with the egress subnet allowed: the gateway", blocked, nn, tcpEcho("ip-10-99-0-1-gw."+rebindSuffix, "2222", nn))
+	ps.add(7, "still refused with the egress subnet allowed: the gateway", blocked, rNoEcho, nn, tcpEcho("ip-10-99-0-1-gw."+rebindSuffix, "2222", nn))
 	nn = n()
-	ps.add(7, "still refused: the router's loopback resolver", blocked, nn, dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	ps.add(7, "still refused: the router's loopback resolver", blocked, rDigClosed, nn, dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
 	nn = n()
-	ps.add(8, "still refused: the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
-	ps.add(8, "allowlisted host.containers.internal resolves to the forwarder", info, "", "getent hosts host.containers.internal")
+	ps.add(8, "still refused: the machine's address", blocked, rNoEcho, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	ps.add(8, "allowlisted host.containers.internal resolves to the forwarder", info, noReason, "", "python3 -S ./sec.py resolve host.containers.internal")
 	nn = n()
-	ps.add(8, "allowlisted host.containers.internal:port via the router", blocked, nn, tcpEcho("host.containers.internal", p, nn))
+	ps.add(8, "allowlisted host.containers.internal:port via the router", blocked, rNoEcho, nn, tcpEcho("host.containers.internal", p, nn))
 	nn = n()
-	ps.add(8, "allowlisted host.containers.internal via the router (TLS)", blocked, nn, "curl -sS --max-time 10 -k https://host.containers.internal/"+nn)
+	ps.add(8, "allowlisted host.containers.internal via the router (TLS)", blocked, rTLSClosed, nn, "curl -sS --max-time 10 -k https://host.containers.internal/"+nn)
 }
 
 // buildControl is the opened path of every direct probe kind: a plain
@@ -485,7 +501,7 @@ func (s *secSuite) buildControl(t *testing.T) {
 	kinds := s.controlNonces
 	add := func(kind, name, shell string, nonces ...string) {
 		kinds[kind] = append(kinds[kind], nonces...)
-		ps.add(0, name, info, "", shell)
+		ps.add(0, name, info, noReason, "", shell)
 	}
 	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
 		for _, tcp := range []string{"", "+tcp"} {
@@ -541,7 +557,8 @@ func (s *secSuite) runControl(t *testing.T) {
 	cstart := time.Now()
 	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", egressNet,
 		"--dns", secFakeIP, "--user", "0", "--cap-add", "NET_RAW", "-v", dir+":/w", "-w", "/w",
-		"--entrypoint", "sh", harness.sandboxImage, "-c", parallelScript(s.control.list(), 12))
+		"--entrypoint", "sh", harness.sandboxImage, "-c",
+		parallelScript(s.control.list(), 12))
 	if err != nil {
 		t.Errorf("control container: %v\n%s", err, out)
 	}
@@ -577,18 +594,25 @@ func (s *secSuite) buildNested(t *testing.T) {
 	s.nestedModes = []string{"default", "host", "slirp4netns"}
 	s.nestedNonces = map[string]map[string]string{}
 	ps := &s.nested
-	ps.add(11, "build a nested image offline", info, "",
+	ps.add(11, "build a nested image offline", info, noReason, "",
 		`set -e; rm -rf /tmp/rootfs; mkdir -p /tmp/rootfs; cd /tmp/rootfs; mkdir -p usr etc tmp proc sys dev run var/tmp
 ln -s usr/bin bin; ln -s usr/sbin sbin; ln -s usr/lib lib; ln -s usr/lib64 lib64
 tar -cf /tmp/nested.tar .; cd - >/dev/null; podman import -q /tmp/nested.tar localhost/asb-nested:test`)
-	ps.add(11, "the agent's own address", info, "", "ip -4 -o addr show eth0")
+	ps.add(11, "the agent's own address", info, noReason, "", "ip -4 -o addr show eth0")
 	for _, m := range s.nestedModes {
 		net := ""
 		if m != "default" {
 			net = "--network " + m + " "
 		}
-		ps.add(11, "nested "+m, info, "", "podman run --rm "+net+`-v /usr:/usr:ro -v "$PWD:$PWD" -w "$PWD" localhost/asb-nested:test sh ./nested-`+m+".sh")
+		ps.add(11, "nested "+m, info, noReason, "", "podman run --rm "+net+`-v /usr:/usr:ro -v "$PWD:$PWD" -w "$PWD" localhost/asb-nested:test sh ./nested-`+m+".sh")
 	}
+}
+
+// nestedReasons are the failures row 11 expects of each nested probe.
+var nestedReasons = map[string]reason{
+	"dns A":       rNXDOMAIN,
+	"dns TXT tcp": rNXDOMAIN,
+	"raw sockets": rRawEPERM,
 }
 
 // nestedInner is what runs inside the nested container of one mode.
