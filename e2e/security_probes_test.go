@@ -446,11 +446,50 @@ func uniq(s []string) []string {
 	return slices.Compact(s)
 }
 
+// preflight is the first thing each security session's script runs: it
+// checks every command and feature that session's probes use, reports
+// as a probe named name, and ends the script with exit 3 when anything is
+// missing, so that no probe can fail for want of a tool and count as
+// blocked. cmds are commands; features are "description|shell test".
+func preflight(name string, cmds []string, features ...string) string {
+	var b strings.Builder
+	b.WriteString("pf_missing=; pf_n=0\n")
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "pf_n=$((pf_n+1)); command -v %s >/dev/null 2>&1 || pf_missing=\"$pf_missing\n  command %s\"\n", c, c)
+	}
+	for _, f := range features {
+		desc, test, _ := strings.Cut(f, "|")
+		fmt.Fprintf(&b, "pf_n=$((pf_n+1)); ( %s ) >/dev/null 2>&1 </dev/null || pf_missing=\"$pf_missing\n  %s\"\n", test, strings.ReplaceAll(desc, `"`, `'`))
+	}
+	fmt.Fprintf(&b, "if [ -n \"$pf_missing\" ]; then printf '%s %%s rc=1 ms=0\\npreflight: missing inside the sandbox:%%b\\n%s-end\\n' %s \"$pf_missing\"; exit 3; fi\n",
+		probeMark, probeMark, shellQuote(name))
+	fmt.Fprintf(&b, "printf '%s %%s rc=0 ms=0\\npreflight: %%d checks passed\\n%s-end\\n' %s $pf_n\n", probeMark, probeMark, shellQuote(name))
+	return b.String()
+}
+
+// Preflight features the security sessions share.
+const (
+	pfSecPy = "python3 -S ./sec.py and the modules and socket constants it uses|test -r ./sec.py && python3 -S -c " +
+		"'import errno, os, random, socket, ssl, struct, subprocess, sys, threading, time, fcntl; " +
+		"socket.MSG_DONTROUTE; socket.AF_PACKET; socket.SOCK_RAW; socket.IPPROTO_RAW; socket.AF_UNIX; socket.if_nametoindex; socket.gaierror; socket.EAI_AGAIN; socket.EAI_NONAME'"
+	pfNcN       = `nc -N (OpenBSD netcat: close after stdin ends)|nc -h 2>&1 | grep -qE '^usage: nc \[-[[:alnum:]]*N'`
+	pfDigTCP    = `dig with +tcp|dig -h 2>&1 | grep -qF '+[no]tcp'`
+	pfPingPad   = "ping -p (the pad pattern carries the nonce)|ping -h 2>&1 | grep -q -- '-p <pattern>'"
+	pfCurl6     = "curl with IPv6 (curl -6)|curl -V | grep -qw IPv6"
+	pfUnshareU  = "unshare -Ur (a user namespace of the agent's own)|unshare -Ur true"
+	pfUnshareUm = "unshare -Urm with bind mounts (row 9's edited files)|unshare -Urm sh -c 'mount --bind /etc/hostname /etc/hostname'"
+	pfTun       = "/dev/net/tun (the tun probes open it)|test -c /dev/net/tun"
+	pfIPTuntap  = "ip tuntap (iproute2)|ip tuntap help 2>&1 | grep -q 'ip tuntap'"
+	pfCA        = "./ca.pem (the test CA)|test -s ./ca.pem"
+)
+
 // parallelScript runs probes width at a time and reports them in order,
 // in probeScript's format: the security sessions batch about a hundred
-// probes, most of which only wait for a refusal or a timeout.
-func parallelScript(probes []probe, width int) string {
+// probes, most of which only wait for a refusal or a timeout. pre runs
+// first (the preflight), post after the reports.
+func parallelScript(probes []probe, width int, pre, post string) string {
 	var b strings.Builder
+	b.WriteString(pre)
 	b.WriteString("d=$(mktemp -d)\n")
 	for i, p := range probes {
 		fmt.Fprintf(&b, "p%d() {\n%s\n}\n", i, p.Shell)
@@ -466,6 +505,8 @@ func parallelScript(probes []probe, width int) string {
 		fmt.Fprintf(&b, "printf '%s %%s rc=%%d ms=%%d\\n%%s\\n%s-end\\n' %s \"$(cat $d/%d.rc)\" \"$(cat $d/%d.ms)\" \"$(cat $d/%d)\"\n",
 			probeMark, probeMark, shellQuote(p.Name), i, i, i)
 	}
-	b.WriteString("rm -rf $d\nexit 0\n")
+	b.WriteString("rm -rf $d\n")
+	b.WriteString(post)
+	b.WriteString("exit 0\n")
 	return b.String()
 }

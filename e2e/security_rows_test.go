@@ -357,7 +357,7 @@ func (s *secSuite) killHelper(t *testing.T, ev *evidence, helper string) {
 	dir := launchDir(t)
 	// The agent ignores SIGTERM, as a hostile one would, and keeps trying
 	// until the launcher kills it.
-	script := `trap '' TERM; touch started; i=0
+	script := preflight("preflight", []string{"sh", "curl", "head", "od", "tr", "date", "sleep", "touch"}, pfCA) + `trap '' TERM; touch started; i=0
 while [ $i -lt 400 ]; do
   n=n$(head -c8 /dev/urandom | od -An -tx1 | tr -d ' \n'); t=$(date +%s%N)
   if curl -sS --max-time 2 --cacert ./ca.pem -o /dev/null https://$n.wild.test/$n 2>/dev/null; then r=ok; else r=fail; fi
@@ -394,6 +394,9 @@ done`
 		t.Errorf("the session exited 0 after its %s was killed", helper)
 	}
 	wantCode(t, r, 125)
+	if pf, ok := parseProbes(r.Stdout)["preflight"]; ok && pf.RC != 0 {
+		t.Errorf("PREFLIGHT FAILED in the %s-kill session:\n%s", helper, indent(pf.Out))
+	}
 	if !strings.Contains(r.Stderr, "the "+helper+" ("+name+") stopped") {
 		t.Errorf("stderr does not say the %s %s stopped:\n%s", helper, name, indent(r.Stderr))
 	}

@@ -44,6 +44,9 @@ func TestSecurity(t *testing.T) {
 			if s.setupErr != nil {
 				t.Fatalf("security fixtures failed: %v", s.setupErr)
 			}
+			if len(s.preflightErrs) > 0 {
+				t.Fatalf("PREFLIGHT FAILED: the sandbox lacks what the probes need, so no row proves anything:\n%s", indent(strings.Join(s.preflightErrs, "\n")))
+			}
 			r.fn(s, t, ev)
 		})
 	}
@@ -84,6 +87,7 @@ type secSuite struct {
 	nestedModes                   []string
 	nestedNonces                  map[string]map[string]string // mode -> probe -> nonce
 	took                          []string                     // the shared sessions' times
+	preflightErrs                 []string                     // what the sessions' preflights found missing
 }
 
 func (s *secSuite) allowlist(extra ...string) string {
@@ -124,11 +128,39 @@ func (s *secSuite) runShared(t *testing.T) {
 	s.runNested(t)
 }
 
+// Preflight of each shared session: every command and feature its probes
+// use (see preflight).
+var (
+	pfSessionCmds = []string{"sh", "curl", "dig", "python3", "ip", "unshare", "mount", "nc", "ping", "getent", "find", "ps", "capsh",
+		"grep", "sed", "head", "wc", "od", "tr", "date", "mktemp", "cat", "rm", "touch", "sleep", "seq"}
+	pfSessionFeatures = []string{pfSecPy, pfCA, pfNcN, pfDigTCP, pfPingPad, pfCurl6, pfUnshareU, pfUnshareUm, pfTun, pfIPTuntap}
+	pfControlCmds     = []string{"sh", "dig", "python3", "ip", "ping", "nc", "getent", "grep", "sed", "head", "cut", "wc", "seq", "sleep", "date", "mktemp", "cat"}
+	pfNestedCmds      = []string{"sh", "podman", "tar", "ip", "mkdir", "ln", "rm"}
+	pfNestedInnerCmds = []string{"sh", "dig", "python3", "ip", "curl", "sed", "head", "grep", "id", "date"}
+)
+
+// checkPreflight records a session's failed or missing preflight: every
+// row then fails, naming what the sandbox lacks.
+func (s *secSuite) checkPreflight(t *testing.T, session, name string, res map[string]probeResult) {
+	t.Helper()
+	r, ok := res[name]
+	switch {
+	case !ok:
+		s.preflightErrs = append(s.preflightErrs, session+": the preflight did not report")
+	case r.RC != 0:
+		s.preflightErrs = append(s.preflightErrs, session+": "+strings.TrimSpace(r.Out))
+	default:
+		return
+	}
+	t.Errorf("PREFLIGHT FAILED in the %s session: the sandbox lacks what the probes need, so no probe proves anything:\n%s", session, indent(r.Out))
+}
+
 func (s *secSuite) runMain(t *testing.T) {
 	s.mainMark = s.env.mark()
 	dir := launchDir(t)
 	writeLaunchFiles(t, dir, s.editedFiles())
-	s.main.res = s.parallelSession(t, "main", &s.main, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 3 * time.Minute})
+	s.main.res = s.parallelSession(t, "main", &s.main, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 3 * time.Minute},
+		preflight("preflight", pfSessionCmds, append(pfSessionFeatures, "./edited.sh (row 9)|test -r ./edited.sh")...))
 	// Nothing in the main session opens a path to a canary: every line a
 	// canary's listener logged meanwhile is a leak, whatever it carried.
 	time.Sleep(300 * time.Millisecond)
@@ -143,44 +175,55 @@ func (s *secSuite) runOpened(t *testing.T) {
 	p := strconv.Itoa(s.env.hostPort)
 	s.opened.res = s.parallelSession(t, "opened-path", &s.opened, sessionOpts{Dir: dir,
 		Allowlist: s.allowlist("host.containers.internal", "host.containers.internal:"+p),
-		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute})
+		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute},
+		preflight("preflight", pfSessionCmds, pfSecPy, pfCA, pfNcN, pfDigTCP))
 }
 
 func (s *secSuite) runNested(t *testing.T) {
 	dir := launchDir(t)
 	files := map[string]string{}
 	for _, m := range s.nestedModes {
-		files["nested-"+m+".sh"] = probeScript(s.nestedInner(t, m)...)
+		files["nested-"+m+".sh"] = preflight(m+": preflight", pfNestedInnerCmds, pfSecPy, pfCA) + probeScript(s.nestedInner(t, m)...)
 	}
 	writeLaunchFiles(t, dir, files)
 	// Not probeSession: the nested containers' own probe reports replace
 	// their outer probe's, which is only seen when a container cannot start.
 	r := runSession(t, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 4 * time.Minute,
-		Cmd: []string{"sh", "-c", probeScript(s.nested.list()...)}})
+		Cmd: []string{"sh", "-c", preflight("preflight", pfNestedCmds, "./nested-*.sh|test -r ./nested-default.sh") + probeScript(s.nested.list()...)}})
 	wantCode(t, r, 0)
 	s.took = append(s.took, fmt.Sprintf("nested session %.1fs", r.Elapsed.Seconds()))
 	s.nested.res = parseProbes(r.Stdout)
 	s.nested.ran = len(s.nested.res) > 0
+	s.checkPreflight(t, "nested", "preflight", s.nested.res)
+	// A mode that cannot start (a private network namespace) never runs
+	// its preflight; the modes that must start must pass it.
+	for _, m := range []string{"default", "host"} {
+		s.checkPreflight(t, "nested "+m, m+": preflight", s.nested.res)
+	}
 }
 
 // waitDAD waits until no IPv6 address is tentative: a fresh container's
 // link-local address cannot send until duplicate detection is done.
 const waitDAD = "for i in $(seq 30); do ip -6 addr show dev eth0 | grep -q tentative || break; sleep 0.1; done; "
 
-// parallelSession runs a probe set in one session, several at a time.
-func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o sessionOpts) map[string]probeResult {
+// parallelSession runs a probe set in one session, several at a time,
+// after the preflight pre.
+func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o sessionOpts, pre string) map[string]probeResult {
 	t.Helper()
-	o.Cmd = []string{"sh", "-c", parallelScript(ps.list(), 32)}
+	o.Cmd = []string{"sh", "-c", parallelScript(ps.list(), 32, pre, "")}
 	r := runSession(t, o)
 	s.took = append(s.took, fmt.Sprintf("%s session %.1fs", name, r.Elapsed.Seconds()))
 	wantCode(t, r, 0)
 	res := parseProbes(r.Stdout)
-	for _, p := range ps.probes {
-		if _, ok := res[p.name]; !ok {
-			t.Errorf("probe %q did not report", p.name)
+	s.checkPreflight(t, name, "preflight", res)
+	if res["preflight"].RC == 0 {
+		for _, p := range ps.probes {
+			if _, ok := res[p.name]; !ok {
+				t.Errorf("probe %q did not report", p.name)
+			}
 		}
 	}
-	ps.ran = len(res) > 0
+	ps.ran = len(res) > 1
 	return res
 }
 
@@ -558,13 +601,14 @@ func (s *secSuite) runControl(t *testing.T) {
 	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", egressNet,
 		"--dns", secFakeIP, "--user", "0", "--cap-add", "NET_RAW", "-v", dir+":/w", "-w", "/w",
 		"--entrypoint", "sh", harness.sandboxImage, "-c",
-		parallelScript(s.control.list(), 12))
+		parallelScript(s.control.list(), 12, preflight("preflight", pfControlCmds, pfSecPy, pfNcN, pfDigTCP, pfPingPad), ""))
 	if err != nil {
 		t.Errorf("control container: %v\n%s", err, out)
 	}
 	s.took = append(s.took, fmt.Sprintf("control container %.1fs", time.Since(cstart).Seconds()))
 	s.control.res = parseProbes(out)
-	s.control.ran = len(s.control.res) > 0
+	s.checkPreflight(t, "control", "preflight", s.control.res)
+	s.control.ran = len(s.control.res) > 1
 	// The host canaries on loopback (and IPv6) are only reachable from the host.
 	local := []string{"127.0.0.1", "::1"}
 	for _, ip := range s.env.hostIPs {
