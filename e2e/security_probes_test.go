@@ -124,25 +124,24 @@ var (
 	rSweep = because("only the router answers, NXDOMAIN; nothing else replies", []int{1},
 		`(?m)^replies: \S+/udp rcode=3 answers=0; \S+/tcp rcode=3 answers=0$`, `(?m)^no reply: (ECONNREFUSED x\d+, )?timeout x\d+$`,
 		`(?m)^answered with records: none$`)
-	rNoRoute   = because("ENETUNREACH", []int{1}, `(?m)^(tcp|udp) \S+ ENETUNREACH$`)
-	rRefused   = because("ECONNREFUSED (nothing listens in the pod)", []int{1}, `(?m)^(tcp|udp) \S+ ECONNREFUSED$`)
-	rNoAddr6   = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^(tcp|udp) \S+ EADDRNOTAVAIL$`)
-	rLL6NoAddr = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^ff02::1%eth0: EADDRNOTAVAIL$`, `(?m)^ff02::2%eth0: EADDRNOTAVAIL$`)
-	rPingEPERM = because("EPERM (no NET_RAW)", []int{2}, `(?m)^ping: socket: Operation not permitted$`)
-	rRawEPERM  = because("EPERM (no NET_RAW)", []int{1}, `(?m)^AF_INET/SOCK_RAW/UDP: EPERM$`, `(?m)^AF_INET/SOCK_RAW/ICMP: EPERM$`,
+	rNoRoute       = because("ENETUNREACH", []int{1}, `(?m)^(tcp|udp) \S+ ENETUNREACH$`)
+	rRefused       = because("ECONNREFUSED (nothing listens in the pod)", []int{1}, `(?m)^(tcp|udp) \S+ ECONNREFUSED$`)
+	rNoAddr6       = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^(tcp|udp) \S+ EADDRNOTAVAIL$`)
+	rSendtoNoRoute = because("sendto: ENETUNREACH", []int{1}, `(?m)^[A-Za-z_ ]+ sendto \S+: ENETUNREACH$`)
+	rLL6NoAddr     = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^ff02::1%eth0: EADDRNOTAVAIL$`, `(?m)^ff02::2%eth0: EADDRNOTAVAIL$`)
+	rPingEPERM     = because("EPERM (no NET_RAW)", []int{2}, `(?m)^ping: socket: Operation not permitted$`)
+	rRawEPERM      = because("EPERM (no NET_RAW)", []int{1}, `(?m)^AF_INET/SOCK_RAW/UDP: EPERM$`, `(?m)^AF_INET/SOCK_RAW/ICMP: EPERM$`,
 		`(?m)^AF_PACKET/SOCK_RAW: EPERM$`)
+	rRawSendEPERM = because("EPERM (no NET_RAW)", []int{1}, `(?m)^raw socket: EPERM$`)
 	rTunEPERM     = because("EPERM (no NET_ADMIN)", []int{1}, `(?m)^TUNSETIFF: EPERM$`)
 	rIPEPERM      = because("EPERM (no NET_ADMIN)", []int{2}, `(?m)^RTNETLINK answers: Operation not permitted$`)
+	rTuntapEPERM  = because("EPERM (no NET_ADMIN)", []int{1}, `(?m)^ioctl\(TUNSETIFF\): Operation not permitted$`)
 	rHelloClosed  = because("closed by the router", []int{1}, `(?m)^hello of \d+ bytes: (closed without a reply|ECONNRESET)$`)
 	rTLSClosed    = because("closed by the router", []int{35}, `(?m)^curl: \(35\) .*(unexpected eof while reading|Connection reset by peer)`)
 	rNoEcho       = because("closed by the router", []int{1}, `(?m)^nc rc=0, reply of 0 bytes$`, `(?m)^no echo: closed by the far end$`)
 	rCurlNXDOMAIN = because("name not resolved", []int{6}, `(?m)^curl: \(6\) Could not resolve host: `)
 	rCurlNoRoute  = because("ENETUNREACH", []int{7}, `(?m)^\* Immediate connect fail for \S+: Network is unreachable$`)
-	// The probes issue 15 found unable to fail, and the only way each
-	// fails today: see the next commit.
-	rHTTP3Refused = because("ECONNREFUSED (nothing listens on UDP 443 in the pod)", []int{7}, `(?m)^curl: \(7\) .*Connection refused$`)
-	rNsRawNoRoute = because("ENETUNREACH (a new network namespace holds only lo)", []int{1}, `(?m)^raw send to \S+: ENETUNREACH$`)
-	rNsTunTimeout = because("timeout (nothing behind the tun device)", []int{1}, `(?m)^udp \S+ timeout$`)
+	rCurlNoAddr6  = because("no IPv6 address (EADDRNOTAVAIL)", []int{7}, `(?m)^\* Immediate connect fail for \S+: Cannot assign requested address$`)
 	rNoName       = because("no such name (EAI_NONAME)", []int{1}, `(?m)^getaddrinfo \S+: EAI_NONAME `)
 	rNoResolver   = because("no resolver reachable (EAI_AGAIN)", []int{1}, `(?m)^getaddrinfo \S+: EAI_AGAIN `)
 )
