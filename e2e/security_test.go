@@ -237,7 +237,7 @@ func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o se
 			}
 		}
 	}
-	if s.routerLogs[name] == "" {
+	if pf, ok := res["preflight"]; ok && pf.RC == 0 && s.routerLogs[name] == "" {
 		t.Errorf("the %s session's router log could not be read before it ended", name)
 	}
 	ps.ran = len(res) > 1
