@@ -180,6 +180,11 @@ func (e *secEnv) startSecFake() error {
 	for _, n := range []string{"allowed.test", "*.allowed.test", "wild.test", "*.wild.test", "denied.test", "*.denied.test"} {
 		zone = append(zone, n+"="+secFakeIP)
 	}
+	// Upstream, host.containers.internal is what podman's hosts file makes
+	// it: the machine's own address. Row 8 allowlists the name, so that
+	// only routerd's refusal of that address stands between it and the
+	// host canaries.
+	zone = append(zone, "host.containers.internal="+e.hostIPs[0])
 	e.logs["secfake"] = filepath.Join(e.dir, "secfake.log")
 	args := []string{"run", "-d", "--name", secFakeName, "--label", harnessLabel + "=secfake",
 		"--network", egressNet, "--ip", secFakeIP, "-v", harness.fakeDir + ":/fake:ro", "-v", e.dir + ":/sec",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -32,14 +33,118 @@ const (
 	info
 )
 
-// secProbe is one probe with its nonce and what it must show.
+// secProbe is one probe with its nonce and what it must show. A blocked
+// or resolvedOnly probe declares the failure it expects (why): a probe
+// that fails another way, because a tool is missing, takes other options
+// or crashes, proves nothing and fails its row.
 type secProbe struct {
 	row    int
 	name   string
 	nonce  string
 	expect expectation
+	why    reason
 	shell  string
 }
+
+// reason is the one way a blocked probe may fail: one of the exit codes,
+// and output matching every pattern.
+type reason struct {
+	say  string
+	rc   []int
+	want []*regexp.Regexp
+}
+
+// because declares a reason: what the table calls it, the exit codes the
+// probe's command gives for it, and patterns its output must all match.
+func because(say string, rc []int, want ...string) reason {
+	r := reason{say: say, rc: rc}
+	for _, w := range want {
+		r.want = append(r.want, regexp.MustCompile(w))
+	}
+	return r
+}
+
+// noReason is for probes that must succeed or that the row reads itself.
+var noReason reason
+
+// brokenProbe is output that says the probe itself did not run as
+// written: a missing command or file, a usage error, a missing feature,
+// a traceback. It never counts as the defence's doing.
+var brokenProbe = regexp.MustCompile(`(?i)not found|no such file or directory|traceback \(most recent call last\)|` +
+	`curl: \(2\)|doesn't support|does not support|not supported|unrecognized option|invalid option|unknown option|` +
+	`usage:|can't open file|unknown command|syntax error|unbound variable|permission denied: '\./`)
+
+// mismatch says why r does not show reason why; "" when it does.
+func (why reason) mismatch(r probeResult) string {
+	if len(why.rc) == 0 {
+		return "the probe declares no expected failure"
+	}
+	switch {
+	case r.RC == 126 || r.RC == 127:
+		return fmt.Sprintf("exit %d: a command was not found or could not run, so the probe never reached the defence", r.RC)
+	case r.RC == 2 && !slices.Contains(why.rc, 2):
+		return "exit 2: a usage error or a missing feature, not a refusal"
+	}
+	if m := brokenProbe.FindString(r.Out); m != "" {
+		return fmt.Sprintf("the output says %q: the probe did not run as written", m)
+	}
+	if !slices.Contains(why.rc, r.RC) {
+		return fmt.Sprintf("exit %d, but %s exits %v", r.RC, why.say, why.rc)
+	}
+	for _, w := range why.want {
+		if !w.MatchString(r.Out) {
+			return fmt.Sprintf("the output does not match /%s/", w)
+		}
+	}
+	return ""
+}
+
+// wantReason fails t unless r failed for reason why.
+func wantReason(t *testing.T, name string, r probeResult, why reason) bool {
+	t.Helper()
+	if m := why.mismatch(r); m != "" {
+		t.Errorf("%s failed, but not for the reason the defence gives (want %s): %s; %s", name, why.say, m, r)
+		return false
+	}
+	return true
+}
+
+// The failures the probes expect. dnsProbe prints dig's own exit status
+// ("dig rc=N": 0 for any answer, NXDOMAIN included, 9 for no reply) and
+// exits 1 when the answer has no records; sec.py prints the errno of the
+// call that failed and exits 1; tcpEcho prints nc's status and the size
+// of the reply.
+var (
+	rNXDOMAIN   = because("NXDOMAIN", []int{1}, `(?m)^dig rc=0$`, `status: NXDOMAIN`, `ANSWER: 0,`)
+	rNoData     = because("empty answer", []int{1}, `(?m)^dig rc=0$`, `status: NOERROR`, `ANSWER: 0,`)
+	rDigNoRoute = because("no route to the resolver (ENETUNREACH)", []int{1}, `(?m)^dig rc=9$`,
+		`(?m)^;; (UDP|TCP) setup with \S+ for \S+ failed: network unreachable\.$`, `no servers could be reached`)
+	rDigClosed = because("closed by the router", []int{1}, `(?m)^dig rc=9$`,
+		`(?m)^;; communications error to \S+: end of file$`, `no servers could be reached`)
+	rSweep = because("only the router answers, NXDOMAIN; nothing else replies", []int{1},
+		`(?m)^replies: \S+/udp rcode=3 answers=0; \S+/tcp rcode=3 answers=0$`, `(?m)^no reply: (ECONNREFUSED x\d+, )?timeout x\d+$`,
+		`(?m)^answered with records: none$`)
+	rNoRoute       = because("ENETUNREACH", []int{1}, `(?m)^(tcp|udp) \S+ ENETUNREACH$`)
+	rRefused       = because("ECONNREFUSED (nothing listens in the pod)", []int{1}, `(?m)^(tcp|udp) \S+ ECONNREFUSED$`)
+	rNoAddr6       = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^(tcp|udp) \S+ EADDRNOTAVAIL$`)
+	rSendtoNoRoute = because("sendto: ENETUNREACH", []int{1}, `(?m)^[A-Za-z_ ]+ sendto \S+: ENETUNREACH$`)
+	rLL6NoAddr     = because("no IPv6 address (EADDRNOTAVAIL)", []int{1}, `(?m)^ff02::1%eth0: EADDRNOTAVAIL$`, `(?m)^ff02::2%eth0: EADDRNOTAVAIL$`)
+	rPingEPERM     = because("EPERM (no NET_RAW)", []int{2}, `(?m)^ping: socket: Operation not permitted$`)
+	rRawEPERM      = because("EPERM (no NET_RAW)", []int{1}, `(?m)^AF_INET/SOCK_RAW/UDP: EPERM$`, `(?m)^AF_INET/SOCK_RAW/ICMP: EPERM$`,
+		`(?m)^AF_PACKET/SOCK_RAW: EPERM$`)
+	rRawSendEPERM = because("EPERM (no NET_RAW)", []int{1}, `(?m)^raw socket: EPERM$`)
+	rTunEPERM     = because("EPERM (no NET_ADMIN)", []int{1}, `(?m)^TUNSETIFF: EPERM$`)
+	rIPEPERM      = because("EPERM (no NET_ADMIN)", []int{2}, `(?m)^RTNETLINK answers: Operation not permitted$`)
+	rTuntapEPERM  = because("EPERM (no NET_ADMIN)", []int{1}, `(?m)^ioctl\(TUNSETIFF\): Operation not permitted$`)
+	rHelloClosed  = because("closed by the router", []int{1}, `(?m)^hello of \d+ bytes: (closed without a reply|ECONNRESET)$`)
+	rTLSClosed    = because("closed by the router", []int{35}, `(?m)^curl: \(35\) .*(unexpected eof while reading|Connection reset by peer)`)
+	rNoEcho       = because("closed by the router", []int{1}, `(?m)^nc rc=0, reply of 0 bytes$`, `(?m)^no echo: closed by the far end$`)
+	rCurlNXDOMAIN = because("name not resolved", []int{6}, `(?m)^curl: \(6\) Could not resolve host: `)
+	rCurlNoRoute  = because("ENETUNREACH", []int{7}, `(?m)^\* Immediate connect fail for \S+: Network is unreachable$`)
+	rCurlNoAddr6  = because("no IPv6 address (EADDRNOTAVAIL)", []int{7}, `(?m)^\* Immediate connect fail for \S+: Cannot assign requested address$`)
+	rNoName       = because("no such name (EAI_NONAME)", []int{1}, `(?m)^getaddrinfo \S+: EAI_NONAME `)
+	rNoResolver   = because("no resolver reachable (EAI_AGAIN)", []int{1}, `(?m)^getaddrinfo \S+: EAI_AGAIN `)
+)
 
 // probeSet collects a session's probes and checks them afterwards.
 type probeSet struct {
@@ -48,8 +153,8 @@ type probeSet struct {
 	ran    bool // the session ran and reported
 }
 
-func (ps *probeSet) add(row int, name string, expect expectation, nonce, shell string) {
-	ps.probes = append(ps.probes, secProbe{row, name, nonce, expect, shell})
+func (ps *probeSet) add(row int, name string, expect expectation, why reason, nonce, shell string) {
+	ps.probes = append(ps.probes, secProbe{row, name, nonce, expect, why, shell})
 }
 
 func (ps *probeSet) list() []probe {
@@ -123,9 +228,9 @@ func (s *secSuite) check(t *testing.T, ev *evidence, ps *probeSet, probes []secP
 				t.Errorf("LEAK: %s: nonce %s reached:\n%s\nprobe: %s", p.name, p.nonce, strings.Join(got, "\n"), r)
 				leaked = true
 			}
-			if !leaked {
+			if !leaked && wantReason(t, p.name, r, p.why) {
 				nBlocked++
-				why = append(why, failureReason(r))
+				why = append(why, p.why.say)
 			}
 		case arrives:
 			if r.RC != 0 {
@@ -154,9 +259,9 @@ func (s *secSuite) check(t *testing.T, ev *evidence, ps *probeSet, probes []secP
 			if len(beyond) > 0 {
 				t.Errorf("LEAK: %s: nonce %s went beyond the DNS query:\n%s", p.name, p.nonce, strings.Join(beyond, "\n"))
 			}
-			if r.RC != 0 && len(beyond) == 0 {
+			if r.RC != 0 && len(beyond) == 0 && wantReason(t, p.name, r, p.why) {
 				nResolved++
-				why = append(why, failureReason(r))
+				why = append(why, p.why.say)
 				if !queried {
 					t.Logf("%s: the router did not even ask upstream", p.name)
 				}
@@ -224,40 +329,6 @@ func (s *secSuite) logsDesc() string {
 	return "every log (2 fakes, 3 canaries, gateway canary, sniffer, host canaries)"
 }
 
-// failureReason is the first telling line of a failed probe's output.
-func failureReason(r probeResult) string {
-	out := strings.ToLower(r.Out)
-	for _, k := range []struct{ match, say string }{
-		{"status: nxdomain", "NXDOMAIN"},
-		{"answer: 0,", "empty answer"},
-		{"enetunreach", "no route"},
-		{"network is unreachable", "no route"},
-		{"could not resolve", "name not resolved"},
-		{"eperm", "EPERM"},
-		{"operation not permitted", "EPERM"},
-		{"eacces", "EACCES"},
-		{"permission denied", "EACCES"},
-		{"connection reset", "reset by router"},
-		{"econnreset", "reset by router"},
-		{"closed without a reply", "closed by router"},
-		{"no echo", "closed without an echo"},
-		{"could not connect", "no route or refused"},
-		{"unexpected eof", "closed by router"},
-		{"ssl_error_syscall", "closed by router"},
-		{"econnrefused", "refused"},
-		{"connection refused", "refused"},
-		{"couldn't connect", "refused"},
-		{"timed out", "timeout"},
-		{"timeout", "timeout"},
-		{"no servers could be reached", "no server reachable"},
-	} {
-		if strings.Contains(out, k.match) {
-			return k.say
-		}
-	}
-	return fmt.Sprintf("rc=%d", r.RC)
-}
-
 // summarise counts reasons: "no route x6, NXDOMAIN x8".
 func summarise(reasons []string) string {
 	count := map[string]int{}
@@ -275,17 +346,32 @@ func summarise(reasons []string) string {
 	return strings.Join(out, ", ")
 }
 
-// dnsProbe succeeds only on a NOERROR answer with records.
+// dnsProbe succeeds only on a NOERROR answer with records. It prints
+// dig's output and exit status.
 func dnsProbe(args string) string {
-	return `out=$(dig +time=2 +tries=1 ` + args + ` 2>&1); echo "$out"; echo "$out" | grep -q 'status: NOERROR' && ! echo "$out" | grep -q 'ANSWER: 0,'`
+	return `out=$(dig +time=2 +tries=1 ` + args + ` 2>&1); rc=$?; echo "$out"; echo "dig rc=$rc"; ` +
+		`[ $rc = 0 ] && echo "$out" | grep -q 'status: NOERROR' && ! echo "$out" | grep -q 'ANSWER: 0,'`
 }
 
-// routerVar sets $R to the router's address, the pod's only resolver.
-const routerVar = `R=$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf); `
+// routerVar sets $R to the router's address, the pod's only resolver
+// (with sed and head: a nested container has no /etc/alternatives, so
+// no awk).
+const routerVar = `R=$(sed -n 's/^nameserver[[:space:]]*//p' /etc/resolv.conf | head -n1); `
 
-// tcpEcho succeeds only when the payload comes back from an echo port.
+// tcpEcho succeeds only when the payload comes back from an echo port. It
+// prints nc's status and the reply's size: "nc rc=0, reply of 0 bytes" is
+// a connection the far end closed without a word.
 func tcpEcho(host, port, payload string) string {
-	return ncSend(host, port, payload) + " | grep -q " + shellQuote(payload) + " || { echo 'no echo: closed by the far end'; false; }"
+	return "got=$(" + ncSend(host, port, payload) + " 2>&1); rc=$?; echo \"$got\"; echo \"nc rc=$rc, reply of ${#got} bytes\"; " +
+		"echo \"$got\" | grep -q " + shellQuote(payload) + " || { echo 'no echo: closed by the far end'; false; }"
+}
+
+// curlV is curl with its connection log: curl's own message does not say
+// which errno a connect failed with. Only curl's error and the lines
+// about connecting are kept. (No printf: row 9 fills %s with a nonce.)
+func curlV(args string) string {
+	return "out=$(curl -v " + args + " 2>&1); rc=$?; " +
+		`echo "$out" | grep -E '^curl: |^\* .*(Trying|[Cc]onnect|Immediate|[Ff]ailed)'; (exit $rc)`
 }
 
 // directTarget is a host and the ports row 2 sends to.
@@ -359,11 +445,50 @@ func uniq(s []string) []string {
 	return slices.Compact(s)
 }
 
+// preflight is the first thing each security session's script runs: it
+// checks every command and feature that session's probes use, reports
+// as a probe named name, and ends the script with exit 3 when anything is
+// missing, so that no probe can fail for want of a tool and count as
+// blocked. cmds are commands; features are "description|shell test".
+func preflight(name string, cmds []string, features ...string) string {
+	var b strings.Builder
+	b.WriteString("pf_missing=; pf_n=0\n")
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "pf_n=$((pf_n+1)); command -v %s >/dev/null 2>&1 || pf_missing=\"$pf_missing\n  command %s\"\n", c, c)
+	}
+	for _, f := range features {
+		desc, test, _ := strings.Cut(f, "|")
+		fmt.Fprintf(&b, "pf_n=$((pf_n+1)); ( %s ) >/dev/null 2>&1 </dev/null || pf_missing=\"$pf_missing\n  %s\"\n", test, strings.ReplaceAll(desc, `"`, `'`))
+	}
+	fmt.Fprintf(&b, "if [ -n \"$pf_missing\" ]; then printf '%s %%s rc=1 ms=0\\npreflight: missing inside the sandbox:%%b\\n%s-end\\n' %s \"$pf_missing\"; exit 3; fi\n",
+		probeMark, probeMark, shellQuote(name))
+	fmt.Fprintf(&b, "printf '%s %%s rc=0 ms=0\\npreflight: %%d checks passed\\n%s-end\\n' %s $pf_n\n", probeMark, probeMark, shellQuote(name))
+	return b.String()
+}
+
+// Preflight features the security sessions share.
+const (
+	pfSecPy = "python3 -S ./sec.py and the modules and socket constants it uses|test -r ./sec.py && python3 -S -c " +
+		"'import errno, os, random, socket, ssl, struct, subprocess, sys, threading, time, fcntl; " +
+		"socket.MSG_DONTROUTE; socket.AF_PACKET; socket.SOCK_RAW; socket.IPPROTO_RAW; socket.AF_UNIX; socket.if_nametoindex; socket.gaierror; socket.EAI_AGAIN; socket.EAI_NONAME'"
+	pfNcN       = `nc -N (OpenBSD netcat: close after stdin ends)|nc -h 2>&1 | grep -qE '^usage: nc \[-[[:alnum:]]*N'`
+	pfDigTCP    = `dig with +tcp|dig -h 2>&1 | grep -qF '+[no]tcp'`
+	pfPingPad   = "ping -p (the pad pattern carries the nonce)|ping -h 2>&1 | grep -q -- '-p <pattern>'"
+	pfCurl6     = "curl with IPv6 (curl -6)|curl -V | grep -qw IPv6"
+	pfUnshareU  = "unshare -Ur (a user namespace of the agent's own)|unshare -Ur true"
+	pfUnshareUm = "unshare -Urm with bind mounts (row 9's edited files)|unshare -Urm sh -c 'mount --bind /etc/hostname /etc/hostname'"
+	pfTun       = "/dev/net/tun (the tun probes open it)|test -c /dev/net/tun"
+	pfIPTuntap  = "ip tuntap (iproute2)|ip tuntap help 2>&1 | grep -q 'ip tuntap'"
+	pfCA        = "./ca.pem (the test CA)|test -s ./ca.pem"
+)
+
 // parallelScript runs probes width at a time and reports them in order,
 // in probeScript's format: the security sessions batch about a hundred
-// probes, most of which only wait for a refusal or a timeout.
-func parallelScript(probes []probe, width int) string {
+// probes, most of which only wait for a refusal or a timeout. pre runs
+// first (the preflight), post after the reports.
+func parallelScript(probes []probe, width int, pre, post string) string {
 	var b strings.Builder
+	b.WriteString(pre)
 	b.WriteString("d=$(mktemp -d)\n")
 	for i, p := range probes {
 		fmt.Fprintf(&b, "p%d() {\n%s\n}\n", i, p.Shell)
@@ -379,6 +504,8 @@ func parallelScript(probes []probe, width int) string {
 		fmt.Fprintf(&b, "printf '%s %%s rc=%%d ms=%%d\\n%%s\\n%s-end\\n' %s \"$(cat $d/%d.rc)\" \"$(cat $d/%d.ms)\" \"$(cat $d/%d)\"\n",
 			probeMark, probeMark, shellQuote(p.Name), i, i, i)
 	}
-	b.WriteString("rm -rf $d\nexit 0\n")
+	b.WriteString("rm -rf $d\n")
+	b.WriteString(post)
+	b.WriteString("exit 0\n")
 	return b.String()
 }

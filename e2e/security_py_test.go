@@ -107,7 +107,7 @@ def payload_for(proto, port, tag):
         return ("CONNECT %s.denied.test:443 HTTP/1.1\r\nHost: %s.denied.test:443\r\n\r\n" % (tag, tag)).encode()
     return (tag + "\n").encode()
 
-def send(proto, host, port, payload, timeout=3, flags=0):
+def send(proto, host, port, payload, timeout=3):
     """Connect (TCP) or send (UDP), then wait for any reply."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -126,7 +126,7 @@ def send(proto, host, port, payload, timeout=3, flags=0):
             s = socket.socket(fam, socket.SOCK_DGRAM)
             s.settimeout(timeout)
             s.connect((host, port))
-            s.send(payload, flags)
+            s.send(payload)
             data = s.recv(4096)
         s.close()
         return "reply %d bytes" % len(data) if data else "connected, no reply", bool(data) or proto == "tcp"
@@ -153,11 +153,77 @@ def cmd_direct(*specs):
         got = got or ok
     return 0 if got else 1
 
-def cmd_send(proto, host, port, payload, *opts):
-    flags = socket.MSG_DONTROUTE if "dontroute" in opts else 0
-    what, ok = send(proto, host, int(port), (payload + "\n").encode(), flags=flags)
+def cmd_send(proto, host, port, payload):
+    what, ok = send(proto, host, int(port), (payload + "\n").encode())
     print("%s %s:%s %s" % (proto, host, port, what))
     return 0 if ok else 1
+
+def sendto(host, port, data, flags, what):
+    """One unconnected UDP sendto, then a wait for any reply. A sendto that
+    succeeds counts as a success: the datagram left the socket."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    try:
+        s.sendto(data, flags, (host, int(port)))
+    except OSError as e:
+        print("%s sendto %s:%s: %s" % (what, host, port, err_name(e)))
+        return 1
+    try:
+        got, frm = s.recvfrom(65535)
+        print("%s sendto %s:%s: sent %d bytes, reply of %d bytes from %s" % (what, host, port, len(data), len(got), frm[0]))
+    except OSError as e:
+        print("%s sendto %s:%s: sent %d bytes, no reply (%s)" % (what, host, port, len(data), err_name(e)))
+    return 0
+
+def cmd_dontroute(host, port, payload):
+    """An unconnected UDP sendto with MSG_DONTROUTE: the kernel skips the
+    routing table and sends only to a host on a directly attached link."""
+    return sendto(host, port, (payload + "\n").encode(), socket.MSG_DONTROUTE, "MSG_DONTROUTE")
+
+def varint(n):
+    if n < 64:
+        return bytes([n])
+    if n < 16384:
+        return struct.pack(">H", 0x4000 | n)
+    return struct.pack(">I", 0x80000000 | n)
+
+def cmd_quic(host, port, nonce):
+    """A QUIC v1 Initial as a client's first datagram looks: long header,
+    connection ids, then a CRYPTO frame with a ClientHello (SNI
+    allowed.test, ALPN h3 and the nonce), padded to 1200 bytes. Unlike real
+    QUIC the payload is not encrypted, so every log and the sniffer can
+    see the nonce. Unconnected sendto, then a wait for any reply (the fake
+    echoes)."""
+    hello = client_hello("allowed.test", ["h3", nonce])[5:]
+    frame = b"\x06" + varint(0) + varint(len(hello)) + hello
+    pn = b"\x00\x00\x00\x01"
+    head = b"\xc3" + struct.pack(">I", 1) + b"\x08" + os.urandom(8) + b"\x08" + os.urandom(8) + varint(0)
+    pad = max(0, 1200 - len(head) - 2 - len(pn) - len(frame))
+    payload = frame + b"\x00" * pad
+    packet = head + struct.pack(">H", 0x4000 | (len(pn) + len(payload))) + pn + payload
+    return sendto(host, port, packet, 0, "QUIC Initial")
+
+def cmd_resolve(name):
+    """The system resolver (getaddrinfo), with its error by name."""
+    try:
+        addrs = sorted({a[4][0] for a in socket.getaddrinfo(name, None)})
+    except socket.gaierror as e:
+        names = {getattr(socket, k): k for k in ("EAI_NONAME", "EAI_AGAIN", "EAI_FAIL", "EAI_NODATA", "EAI_ADDRFAMILY", "EAI_SERVICE", "EAI_SYSTEM") if hasattr(socket, k)}
+        print("getaddrinfo %s: %s (%s)" % (name, names.get(e.errno, str(e.errno)), e.strerror))
+        return 1
+    print("getaddrinfo %s: %s" % (name, " ".join(addrs)))
+    return 0
+
+def cmd_plant(path):
+    """Leaves a unix socket at path (bound, then the process exits)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+    except OSError as e:
+        print("bind %s: %s" % (path, err_name(e)))
+        return 1
+    print("planted %s" % path)
+    return 0
 
 def ext(t, data):
     return struct.pack(">HH", t, len(data)) + data

@@ -52,9 +52,14 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 			if f := strings.Fields(l); len(f) >= 4 {
 				if f[2] != "failed" {
 					t.Errorf("LEAK: direct %s", l)
+				} else if f[3] != "ENETUNREACH" {
+					t.Errorf("direct %s: failed, but not for want of a route (ENETUNREACH)", l)
 				}
 				why = append(why, f[3])
 			}
+		}
+		if len(why) != len(s.directNonces) {
+			t.Errorf("the direct probe reported %d sends of %d: it did not run as written: %s", len(why), len(s.directNonces), r)
 		}
 		leaks := 0
 		for _, n := range s.directNonces {
@@ -81,6 +86,7 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 	}
 	s.quiet(t, ev, "gateway")
 	s.checkControl(t, ev, "direct sends from a container on the egress network", s.controlNonces["direct"]...)
+	s.checkControl(t, ev, "MSG_DONTROUTE sendto to the fake from a container on the egress network (on-link there)", s.controlNonces["dontroute"]...)
 }
 
 func (s *secSuite) row3(t *testing.T, ev *evidence) {
@@ -110,6 +116,9 @@ func (s *secSuite) row3(t *testing.T, ev *evidence) {
 			ev.add("ip -6 route: %s", orNone(strings.Join(lineWith(strings.SplitN(r.Out, "\n\n", 2)[0], "/"), ", ")))
 		}
 	}
+	if len(s.env.ipv6Addrs()) == 0 {
+		ev.add("this machine has no IPv6 address of its own, so no curl -6 to one was sent; the pod has no IPv6 route or address (above)")
+	}
 	if r, ok := s.main.res["aaaa of an allowed name"]; ok {
 		if !strings.Contains(r.Out, "status: NOERROR") || !strings.Contains(r.Out, "ANSWER: 0,") {
 			t.Errorf("AAAA for allowed.test is not an empty NOERROR answer: %s", r)
@@ -118,11 +127,30 @@ func (s *secSuite) row3(t *testing.T, ev *evidence) {
 		}
 	}
 	s.checkControl(t, ev, "link-local multicast from a container on the egress bridge to the gateway canary", s.controlNonces["ll6"]...)
+	if len(s.env.ipv6Addrs()) > 0 {
+		s.checkControl(t, ev, "TCP from the host to the canary on the machine's IPv6 address", s.controlNonces["host-ipv6"]...)
+	}
 }
 
 func (s *secSuite) row4(t *testing.T, ev *evidence) {
 	s.check(t, ev, &s.main, s.main.ofRow(4))
 	s.checkControl(t, ev, "ping with the nonce as pad (seen by the sniffer) and UDP 443 datagram", append(s.controlNonces["ping"], s.controlNonces["udp443"]...)...)
+	// The QUIC Initial's control must be seen twice: by the fake's UDP
+	// listener and by the sniffer on the wire, where a QUIC packet that
+	// found a way out would be seen.
+	for _, nn := range s.controlNonces["quic"] {
+		var fake, wire bool
+		for _, l := range s.env.seen(nn) {
+			fake = fake || strings.HasPrefix(l, "secfake: ") && strings.Contains(l, " udp datagram port=443 ")
+			wire = wire || strings.HasPrefix(l, "gateway: ") && strings.Contains(l, " sniff ") && strings.Contains(l, " proto=17 ")
+		}
+		if !fake || !wire {
+			t.Errorf("self-check: the QUIC Initial from the egress network was not seen by both the fake (%t) and the sniffer (%t): %s",
+				fake, wire, s.control.res["quic"])
+		} else {
+			ev.add("self-check: the same QUIC Initial from the egress network reached the fake's UDP 443 and the sniffer saw its nonce on the wire")
+		}
+	}
 }
 
 func (s *secSuite) row5(t *testing.T, ev *evidence) {
@@ -130,7 +158,11 @@ func (s *secSuite) row5(t *testing.T, ev *evidence) {
 	// Every SNI the upstream TLS server saw during the main session must be
 	// an allowlisted name.
 	var snis []string
-	for _, l := range lineWith(s.duringMain("secfake"), "tls hello sni=") {
+	hellos := lineWith(s.duringMain("secfake"), "tls hello sni=")
+	if len(hellos) == 0 {
+		t.Errorf("the TLS server logged no hello during the main session: the SNI scan saw nothing, so it proves nothing")
+	}
+	for _, l := range hellos {
 		sni := between(l, `sni="`, `"`)
 		snis = append(snis, sni)
 		low := strings.TrimSuffix(strings.ToLower(sni), ".")
@@ -138,7 +170,7 @@ func (s *secSuite) row5(t *testing.T, ev *evidence) {
 			t.Errorf("LEAK: the TLS server saw SNI %q, which is not allowlisted", sni)
 		}
 	}
-	ev.add("SNIs the TLS server saw: %s", strings.Join(shorten(uniq(snis)), ", "))
+	ev.add("SNIs of the %d hellos the TLS server saw: %s", len(hellos), strings.Join(shorten(uniq(snis)), ", "))
 	s.checkControl(t, ev, "hand-made ClientHellos sent straight to the TLS server", s.controlNonces["hello"]...)
 }
 
@@ -173,6 +205,7 @@ func (s *secSuite) row7(t *testing.T, ev *evidence) {
 	for _, c := range secCanaries {
 		containers = append(containers, c.name)
 	}
+	s.wantRefusals(t, ev, 7)
 	s.quiet(t, ev, append(containers, "gateway")...)
 	ev.add("opened path: with UPSTREAM_ALLOW naming the canaries' ranges the same probes reached all 3 canaries; the gateway and the router's loopback stayed refused")
 	s.checkControl(t, ev, "TCP to the canaries and the gateway from the egress network", s.controlNonces["canary"]...)
@@ -184,15 +217,19 @@ func (s *secSuite) row8(t *testing.T, ev *evidence) {
 	if r, ok := s.main.res["host.containers.internal does not resolve"]; ok {
 		if r.RC == 0 {
 			t.Errorf("host.containers.internal resolves in the sandbox: %s", r)
-		} else {
-			ev.add("host.containers.internal: no such name")
+		} else if wantReason(t, "host.containers.internal", r, rNoName) {
+			ev.add("host.containers.internal: no such name (EAI_NONAME)")
 		}
 	}
 	if r, ok := s.opened.res["allowlisted host.containers.internal resolves to the forwarder"]; ok {
-		if !strings.Contains(r.Out, "127.0.") {
-			t.Errorf("allowlisted host.containers.internal does not resolve to the forwarder: %s", r)
+		if r.RC != 0 || !regexp.MustCompile(`^getaddrinfo host\.containers\.internal: 127\.0\.0\.\d+$`).MatchString(strings.TrimSpace(r.Out)) {
+			t.Errorf("allowlisted host.containers.internal does not resolve to the forwarder alone: %s", r)
 		}
 	}
+	if !strings.Contains(s.env.logText("secfake"), `name="host.containers.internal.`) {
+		t.Errorf("the router never asked the fake for host.containers.internal: its host filter was not reached")
+	}
+	s.wantRefusals(t, ev, 8)
 	s.quiet(t, ev, "host canaries")
 	ev.add("host canaries on %s port %d", strings.Join(append([]string{"127.0.0.1", "::1"}, s.env.hostIPs...), ", "), s.env.hostPort)
 	s.checkControl(t, ev, "sends to the machine's address from the egress network (via host.containers.internal) and to loopback from the host",
@@ -203,8 +240,8 @@ func (s *secSuite) row9(t *testing.T, ev *evidence) {
 	if r, ok := s.main.res["write /etc/resolv.conf and /etc/hosts"]; ok {
 		if r.RC == 0 {
 			t.Errorf("the agent can write /etc/resolv.conf or /etc/hosts: %s", r)
-		} else {
-			ev.add("writing /etc/resolv.conf and /etc/hosts: %s", failureReason(r))
+		} else if wantReason(t, "write /etc/resolv.conf and /etc/hosts", r, rWriteEACCES) {
+			ev.add("writing /etc/resolv.conf and /etc/hosts: EACCES")
 		}
 	}
 	s.check(t, ev, &s.main, s.main.ofRow(9))
@@ -269,6 +306,16 @@ func (s *secSuite) row11(t *testing.T, ev *evidence) {
 			}
 			if r.RC == 0 {
 				t.Errorf("LEAK: nested (%s) %s succeeded: %s", m, name, r)
+				continue
+			}
+			if why, ok := nestedReasons[name]; ok {
+				wantReason(t, "nested ("+m+") "+name, r, why)
+				continue
+			}
+			// direct: one line per send, each without a route.
+			sends := lineWith(r.Out, " failed ")
+			if len(sends) != 12 || len(lineWith(r.Out, " failed ENETUNREACH")) != 12 {
+				t.Errorf("nested (%s) direct: want 12 sends failed with ENETUNREACH: %s", m, r)
 			}
 		}
 		for k, n := range nonces {
@@ -284,17 +331,54 @@ func (s *secSuite) row11(t *testing.T, ev *evidence) {
 		}
 	}
 	if !t.Failed() {
-		ev.add("nested containers (%s) share the agent's address; DNS (A/UDP, TXT/TCP), 12 direct sends and raw sockets failed with nonces absent; the allowlisted HTTPS request arrived from each",
+		ev.add("nested containers (%s) share the agent's address; DNS (A/UDP, TXT/TCP: NXDOMAIN), 12 direct sends (ENETUNREACH) and raw sockets (EPERM) failed with nonces absent; the allowlisted HTTPS request arrived from each",
 			strings.Join(s.nestedModes[:ran], ", "))
 	}
 }
 
 func (s *secSuite) row12(t *testing.T, ev *evidence) {
 	if r, ok := s.main.res["sockets"]; ok {
-		if socks := lineWith(r.Out, "/"); len(socks) > 0 {
+		// find may fail only on directories it cannot read, each of which
+		// the agent cannot search either (no socket in it can be reached).
+		var socks, errs, denied []string
+		planted, found, rc := false, false, ""
+		deniedRe := regexp.MustCompile(`^find stderr: find: '(.*)': Permission denied$`)
+		unsearchable := map[string]bool{}
+		for _, l := range strings.Split(r.Out, "\n") {
+			switch {
+			case l == "planted "+plantedSock:
+				planted = true
+			case l == plantedSock:
+				found = true
+			case strings.HasPrefix(l, "find rc="):
+				rc = strings.TrimPrefix(l, "find rc=")
+			case deniedRe.MatchString(l):
+				denied = append(denied, deniedRe.FindStringSubmatch(l)[1])
+			case strings.HasPrefix(l, "unsearchable: "):
+				unsearchable[strings.TrimPrefix(l, "unsearchable: ")] = true
+			case strings.HasPrefix(l, "/"):
+				socks = append(socks, l)
+			case strings.TrimSpace(l) != "":
+				errs = append(errs, l)
+			}
+		}
+		for _, d := range denied {
+			if !unsearchable[d] {
+				errs = append(errs, "find could not read "+d+", which the agent can search")
+			}
+		}
+		switch {
+		case !planted:
+			t.Errorf("the socket scan could not plant its own socket at %s: %s", plantedSock, r)
+		case len(errs) > 0 || !(rc == "0" || rc == "1" && len(denied) > 0):
+			t.Errorf("find failed (rc=%s: %s), so its silence proves nothing: %s", rc, strings.Join(errs, "; "), r)
+		case !found:
+			t.Errorf("find did not list the socket planted at %s: the scan is blind: %s", plantedSock, r)
+		case len(socks) > 0:
 			t.Errorf("unix sockets visible inside:\n%s", strings.Join(socks, "\n"))
-		} else {
-			ev.add("find / -type s (outside /proc, /sys): none")
+		default:
+			ev.add("find / -type s (outside /proc, /sys) lists the socket planted at %s and no other; the only directories it could not read (%s) the agent cannot search",
+				plantedSock, orNone(strings.Join(denied, ", ")))
 		}
 	}
 	if r, ok := s.main.res["runtime dirs and env"]; ok {
@@ -340,13 +424,21 @@ func (s *secSuite) row13(t *testing.T, ev *evidence) {
 func (s *secSuite) killHelper(t *testing.T, ev *evidence, helper string) {
 	dir := launchDir(t)
 	// The agent ignores SIGTERM, as a hostile one would, and keeps trying
-	// until the launcher kills it.
-	script := `trap '' TERM; touch started; i=0
-while [ $i -lt 400 ]; do
-  n=n$(head -c8 /dev/urandom | od -An -tx1 | tr -d ' \n'); t=$(date +%s%N)
-  if curl -sS --max-time 2 --cacert ./ca.pem -o /dev/null https://$n.wild.test/$n 2>/dev/null; then r=ok; else r=fail; fi
-  echo "$r $n $t" >> egress.log; i=$((i+1)); sleep 0.05
-done`
+	// until the launcher kills it. Eight loops, started 0.1 s apart: a
+	// request to a dead router can hang until curl's timeout, and new
+	// ones must keep starting after the kill for the row to prove
+	// anything.
+	script := preflight("preflight", []string{"sh", "curl", "head", "od", "tr", "date", "sleep", "touch"}, pfCA) + `trap '' TERM; touch started
+loop() {
+  i=0
+  while [ $i -lt 200 ]; do
+    n=n$(head -c8 /dev/urandom | od -An -tx1 | tr -d ' \n'); t=$(date +%s%N)
+    if curl -sS --max-time 1 --cacert ./ca.pem -o /dev/null https://$n.wild.test/$n 2>/dev/null; then r=ok; else r=fail; fi
+    echo "$r $n $t" >> egress.log; i=$((i+1)); sleep 0.05
+  done
+}
+for l in 1 2 3 4 5 6 7 8; do loop & sleep 0.1; done
+wait`
 	var killedAt time.Time
 	var name string
 	var killErr error
@@ -378,6 +470,9 @@ done`
 		t.Errorf("the session exited 0 after its %s was killed", helper)
 	}
 	wantCode(t, r, 125)
+	if pf, ok := parseProbes(r.Stdout)["preflight"]; ok && pf.RC != 0 {
+		t.Errorf("PREFLIGHT FAILED in the %s-kill session:\n%s", helper, indent(pf.Out))
+	}
 	if !strings.Contains(r.Stderr, "the "+helper+" ("+name+") stopped") {
 		t.Errorf("stderr does not say the %s %s stopped:\n%s", helper, name, indent(r.Stderr))
 	}
@@ -408,8 +503,11 @@ done`
 	if before < 3 {
 		t.Errorf("only %d requests got through before the kill: the row proves nothing", before)
 	}
+	if after == 0 {
+		t.Errorf("no request started after the %s was killed: \"every request afterwards failed\" would prove nothing", helper)
+	}
 	if !t.Failed() {
-		ev.add("%s killed from the host after %d allowed requests got through: exit %d, stderr names it; %d requests started after the kill, all failed, nonces absent",
+		ev.add("%s killed from the host after %d allowed requests got through: exit %d, stderr names it; %d requests started after the kill (at least one required), all failed, nonces absent",
 			helper, before, r.Code, afterFailed)
 	}
 }
@@ -580,3 +678,6 @@ func orNone(s string) string {
 }
 
 var nonceRe = regexp.MustCompile(`n[0-9a-f]{16}`)
+
+// rWriteEACCES: the agent may not write the resolver or hosts file.
+var rWriteEACCES = because("EACCES", []int{1}, `(?m)cannot create /etc/resolv\.conf: Permission denied$`, `(?m)cannot create /etc/hosts: Permission denied$`)

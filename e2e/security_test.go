@@ -5,6 +5,9 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -44,6 +47,9 @@ func TestSecurity(t *testing.T) {
 			if s.setupErr != nil {
 				t.Fatalf("security fixtures failed: %v", s.setupErr)
 			}
+			if len(s.preflightErrs) > 0 {
+				t.Fatalf("PREFLIGHT FAILED: the sandbox lacks what the probes need, so no row proves anything:\n%s", indent(strings.Join(s.preflightErrs, "\n")))
+			}
 			r.fn(s, t, ev)
 		})
 	}
@@ -56,14 +62,14 @@ var secRows = []struct {
 }{
 	{1, "DNS exfiltration: denied names over UDP and TCP, every type, long labels, to the router and the whole session subnet", (*secSuite).row1},
 	{2, "direct IP: TCP 22/80/443 and UDP 53/443 to the fakes, canaries and egress gateway have no route", (*secSuite).row2},
-	{3, "IPv6: no route beyond link-local, curl -6 fails, AAAA empty, link-local reaches nothing", (*secSuite).row3},
-	{4, "UDP, QUIC and ICMP: ping fails, HTTP/3 and UDP datagrams to an allowed name go nowhere", (*secSuite).row4},
+	{3, "IPv6: no IPv6 address or route, curl -6 to the machine's IPv6 fails, AAAA empty, link-local reaches nothing", (*secSuite).row3},
+	{4, "UDP, QUIC and ICMP: ping fails, a QUIC Initial and UDP datagrams to an allowed name's address go nowhere", (*secSuite).row4},
 	{5, "SNI tricks at the router: only allowlisted names reach the TLS server", (*secSuite).row5},
 	{6, "HTTPS/SVCB records (ECH keys) are never answered", (*secSuite).row6},
 	{7, "rebinding and SSRF through the router: loopback, egress gateway and canaries outside the allowed range are refused", (*secSuite).row7},
 	{8, "the host: its loopback, its own address and host.containers.internal are unreachable, directly and via the router", (*secSuite).row8},
 	{9, "editing /etc/resolv.conf or /etc/hosts gains nothing", (*secSuite).row9},
-	{10, "raw sockets and new namespaces: no NET_RAW/NET_ADMIN, unshare -Urn with raw or tun sockets leaks nothing", (*secSuite).row10},
+	{10, "raw sockets and new user namespaces: no NET_RAW/NET_ADMIN in the pod's network, even after unshare -Ur", (*secSuite).row10},
 	{11, "nested podman has exactly the agent's egress", (*secSuite).row11},
 	{12, "no podman API socket or host runtime directory is visible inside", (*secSuite).row12},
 	{13, "router and forwarder are invisible; killing either fails closed and ends the session non-zero", (*secSuite).row13},
@@ -84,6 +90,9 @@ type secSuite struct {
 	nestedModes                   []string
 	nestedNonces                  map[string]map[string]string // mode -> probe -> nonce
 	took                          []string                     // the shared sessions' times
+	preflightErrs                 []string                     // what the sessions' preflights found missing
+	routerLogs                    map[string]string            // shared session -> its router's log
+	refusals                      []refusal                    // routerd refusals rows 7 and 8 expect
 }
 
 func (s *secSuite) allowlist(extra ...string) string {
@@ -114,6 +123,7 @@ func (s *secSuite) sessionEnv(allow string) map[string]string {
 // runShared runs the batched sessions every row reads.
 func (s *secSuite) runShared(t *testing.T) {
 	s.controlNonces = map[string][]string{}
+	s.routerLogs = map[string]string{}
 	s.buildMain(t)
 	s.buildOpened(t)
 	s.buildControl(t)
@@ -124,11 +134,39 @@ func (s *secSuite) runShared(t *testing.T) {
 	s.runNested(t)
 }
 
+// Preflight of each shared session: every command and feature its probes
+// use (see preflight).
+var (
+	pfSessionCmds = []string{"sh", "curl", "dig", "python3", "ip", "unshare", "mount", "nc", "ping", "getent", "find", "ps", "capsh",
+		"grep", "sed", "head", "wc", "od", "tr", "date", "mktemp", "cat", "rm", "touch", "sleep", "seq"}
+	pfSessionFeatures = []string{pfSecPy, pfCA, pfNcN, pfDigTCP, pfPingPad, pfCurl6, pfUnshareU, pfUnshareUm, pfTun, pfIPTuntap}
+	pfControlCmds     = []string{"sh", "dig", "python3", "ip", "ping", "nc", "getent", "grep", "sed", "head", "cut", "wc", "seq", "sleep", "date", "mktemp", "cat"}
+	pfNestedCmds      = []string{"sh", "podman", "tar", "ip", "mkdir", "ln", "rm"}
+	pfNestedInnerCmds = []string{"sh", "dig", "python3", "ip", "curl", "sed", "head", "grep", "id", "date"}
+)
+
+// checkPreflight records a session's failed or missing preflight: every
+// row then fails, naming what the sandbox lacks.
+func (s *secSuite) checkPreflight(t *testing.T, session, name string, res map[string]probeResult) {
+	t.Helper()
+	r, ok := res[name]
+	switch {
+	case !ok:
+		s.preflightErrs = append(s.preflightErrs, session+": the preflight did not report")
+	case r.RC != 0:
+		s.preflightErrs = append(s.preflightErrs, session+": "+strings.TrimSpace(r.Out))
+	default:
+		return
+	}
+	t.Errorf("PREFLIGHT FAILED in the %s session: the sandbox lacks what the probes need, so no probe proves anything:\n%s", session, indent(r.Out))
+}
+
 func (s *secSuite) runMain(t *testing.T) {
 	s.mainMark = s.env.mark()
 	dir := launchDir(t)
 	writeLaunchFiles(t, dir, s.editedFiles())
-	s.main.res = s.parallelSession(t, "main", &s.main, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 3 * time.Minute})
+	s.main.res = s.parallelSession(t, "main", &s.main, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 3 * time.Minute},
+		preflight("preflight", pfSessionCmds, append(pfSessionFeatures, "./edited.sh (row 9)|test -r ./edited.sh")...))
 	// Nothing in the main session opens a path to a canary: every line a
 	// canary's listener logged meanwhile is a leak, whatever it carried.
 	time.Sleep(300 * time.Millisecond)
@@ -143,45 +181,159 @@ func (s *secSuite) runOpened(t *testing.T) {
 	p := strconv.Itoa(s.env.hostPort)
 	s.opened.res = s.parallelSession(t, "opened-path", &s.opened, sessionOpts{Dir: dir,
 		Allowlist: s.allowlist("host.containers.internal", "host.containers.internal:"+p),
-		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute})
+		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute},
+		preflight("preflight", pfSessionCmds, pfSecPy, pfCA, pfNcN, pfDigTCP))
 }
 
 func (s *secSuite) runNested(t *testing.T) {
 	dir := launchDir(t)
 	files := map[string]string{}
 	for _, m := range s.nestedModes {
-		files["nested-"+m+".sh"] = probeScript(s.nestedInner(t, m)...)
+		files["nested-"+m+".sh"] = preflight(m+": preflight", pfNestedInnerCmds, pfSecPy, pfCA) + probeScript(s.nestedInner(t, m)...)
 	}
 	writeLaunchFiles(t, dir, files)
 	// Not probeSession: the nested containers' own probe reports replace
 	// their outer probe's, which is only seen when a container cannot start.
 	r := runSession(t, sessionOpts{Dir: dir, Allowlist: s.allowlist(), Env: s.sessionEnv(secAllow), Timeout: 4 * time.Minute,
-		Cmd: []string{"sh", "-c", probeScript(s.nested.list()...)}})
+		Cmd: []string{"sh", "-c", preflight("preflight", pfNestedCmds, "./nested-*.sh|test -r ./nested-default.sh") + probeScript(s.nested.list()...)}})
 	wantCode(t, r, 0)
 	s.took = append(s.took, fmt.Sprintf("nested session %.1fs", r.Elapsed.Seconds()))
 	s.nested.res = parseProbes(r.Stdout)
 	s.nested.ran = len(s.nested.res) > 0
+	s.checkPreflight(t, "nested", "preflight", s.nested.res)
+	// A mode that cannot start (a private network namespace) never runs
+	// its preflight; the modes that must start must pass it.
+	for _, m := range []string{"default", "host"} {
+		s.checkPreflight(t, "nested "+m, m+": preflight", s.nested.res)
+	}
 }
 
 // waitDAD waits until no IPv6 address is tentative: a fresh container's
 // link-local address cannot send until duplicate detection is done.
 const waitDAD = "for i in $(seq 30); do ip -6 addr show dev eth0 | grep -q tentative || break; sleep 0.1; done; "
 
-// parallelSession runs a probe set in one session, several at a time.
-func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o sessionOpts) map[string]probeResult {
+// parallelSession runs a probe set in one session, several at a time,
+// after the preflight pre. Before the session ends, the router's log is
+// kept in s.routerLogs[name]: the agent touches probes-done and waits for
+// router-logged (see routerLogAtEnd).
+func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o sessionOpts, pre string) map[string]probeResult {
 	t.Helper()
-	o.Cmd = []string{"sh", "-c", parallelScript(ps.list(), 32)}
+	post := "touch probes-done; i=0; while [ ! -e router-logged ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+	o.Cmd = []string{"sh", "-c", parallelScript(ps.list(), 32, pre, post)}
+	ended := make(chan struct{})
+	logged := make(chan string, 1)
+	go func() { logged <- routerLogAtEnd(o.Dir, ended) }()
 	r := runSession(t, o)
+	close(ended)
+	s.routerLogs[name] = <-logged
 	s.took = append(s.took, fmt.Sprintf("%s session %.1fs", name, r.Elapsed.Seconds()))
 	wantCode(t, r, 0)
 	res := parseProbes(r.Stdout)
-	for _, p := range ps.probes {
-		if _, ok := res[p.name]; !ok {
-			t.Errorf("probe %q did not report", p.name)
+	s.checkPreflight(t, name, "preflight", res)
+	if res["preflight"].RC == 0 {
+		for _, p := range ps.probes {
+			if _, ok := res[p.name]; !ok {
+				t.Errorf("probe %q did not report", p.name)
+			}
 		}
 	}
-	ps.ran = len(res) > 0
+	if pf, ok := res["preflight"]; ok && pf.RC == 0 && s.routerLogs[name] == "" {
+		t.Errorf("the %s session's router log could not be read before it ended", name)
+	}
+	ps.ran = len(res) > 1
 	return res
+}
+
+// routerLogAtEnd waits until the agent has touched probes-done in dir,
+// reads the router's log (routerd, dnsmasq and nginx) while the router
+// still exists, and lets the agent end by creating router-logged. It
+// gives up when ended is closed first.
+func routerLogAtEnd(dir string, ended <-chan struct{}) string {
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "probes-done")); err == nil {
+			break
+		}
+		select {
+		case <-ended:
+			return ""
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	defer func() { _ = os.WriteFile(filepath.Join(dir, "router-logged"), nil, 0o644) }()
+	name := runningHelper("router")
+	if name == "" {
+		return ""
+	}
+	out, err := exec.Command("podman", "logs", name).CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// refusal is a routerd line a row expects: "refused upstream address
+// ADDR for HOST: WHY", in the log of one shared session's router.
+type refusal struct {
+	row                 int
+	session, host, addr string
+	why                 string
+}
+
+// wantRefusals asserts routerd refused each rebound name of row n, and
+// for the reason the row expects: that refusal, not something before it,
+// is what stopped the probe.
+func (s *secSuite) wantRefusals(t *testing.T, ev *evidence, n int) {
+	t.Helper()
+	var seen []string
+	for _, rf := range s.refusals {
+		if rf.row != n {
+			continue
+		}
+		log := s.routerLogs[rf.session]
+		if log == "" {
+			continue // parallelSession said so
+		}
+		re := regexp.MustCompile(`(?mi)^routerd: refused upstream address ` + regexp.QuoteMeta(rf.addr) + ` for ` +
+			regexp.QuoteMeta(rf.host) + `\.?: (.*)$`)
+		m := re.FindStringSubmatch(log)
+		switch {
+		case m == nil:
+			t.Errorf("routerd never refused %s for %s in the %s session: what stopped the probe was not its address filter\nrouter log:\n%s",
+				rf.addr, rf.host, rf.session, indent(lastLines(log, 40)))
+		case m[1] != rf.why:
+			t.Errorf("routerd refused %s for %s as %q, want %q", rf.addr, rf.host, m[1], rf.why)
+		default:
+			seen = append(seen, rf.addr+" ("+rf.why+")")
+		}
+	}
+	if len(seen) > 0 {
+		ev.add("routerd's log shows each rebound name's answer refused: %s", strings.Join(uniq(seen), ", "))
+	}
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// refuse records a refusal row n expects; host is the name nginx
+// resolves, addr what the fake answers.
+func (s *secSuite) refuse(n int, session, host, addr, why string) {
+	s.refusals = append(s.refusals, refusal{n, session, host, addr, why})
+}
+
+// ipv6Addrs are the machine's own IPv6 addresses (none on some hosts).
+func (e *secEnv) ipv6Addrs() []string {
+	var out []string
+	for _, ip := range e.hostIPs {
+		if strings.Contains(ip, ":") {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // buildMain is the main session: rows 1-10, 12 and 13's first half.
@@ -206,14 +358,14 @@ func (s *secSuite) mainRow1(t *testing.T, ps *probeSet) {
 	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
 		for _, tcp := range []string{"", "+tcp"} {
 			nn := n()
-			ps.add(1, "dns router "+typ+" "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+			ps.add(1, "dns router "+typ+" "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, rNXDOMAIN, nn,
 				routerVar+dnsProbe("@$R "+tcp+" "+nn+".denied.test "+typ))
 		}
 	}
 	for _, tcp := range []string{"", "+tcp"} {
 		nn := n()
 		long := nn + strings.Repeat("a", 63-len(nn)) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63)
-		ps.add(1, "dns router long labels "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, nn,
+		ps.add(1, "dns router long labels "+map[string]string{"": "udp", "+tcp": "tcp"}[tcp], blocked, rNXDOMAIN, nn,
 			routerVar+dnsProbe("@$R "+tcp+" "+long+".denied.test TXT"))
 	}
 	for _, typ := range []string{"TXT", "MX", "AAAA", "A"} {
@@ -223,28 +375,32 @@ func (s *secSuite) mainRow1(t *testing.T, ps *probeSet) {
 			// An A query under an allowed wildcard is answered with the
 			// forwarder's loopback address, locally: it must not be
 			// forwarded either.
-			ps.add(1, "dns wildcard "+typ+" answered locally", info, nn, routerVar+"dig +time=2 +tries=1 @$R "+name+" A")
+			ps.add(1, "dns wildcard "+typ+" answered locally", info, noReason, nn, routerVar+"dig +time=2 +tries=1 @$R "+name+" A")
 			continue
 		}
-		ps.add(1, "dns wildcard "+typ+" not forwarded", blocked, nn, routerVar+dnsProbe("@$R +tcp "+name+" "+typ))
+		ps.add(1, "dns wildcard "+typ+" not forwarded", blocked, rNoData, nn, routerVar+dnsProbe("@$R +tcp "+name+" "+typ))
 	}
 	nn := n()
-	ps.add(1, "dns sweep of the session subnet", blocked, nn, "python3 -S ./sec.py sweep "+nn)
+	ps.add(1, "dns sweep of the session subnet", blocked, rSweep, nn, "python3 -S ./sec.py sweep "+nn)
 	nn = n()
-	ps.add(1, "dns to the fake", blocked, nn, dnsProbe("@"+secFakeIP+" "+nn+".denied.test A"))
+	ps.add(1, "dns to the fake", blocked, rDigNoRoute, nn, dnsProbe("@"+secFakeIP+" "+nn+".denied.test A"))
 }
 
 // mainRow2: direct IP.
 func (s *secSuite) mainRow2(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	specs, nonces := directSpecs(t, directTargets()...)
-	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, "", "python3 -S ./sec.py direct "+specs)
+	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, noReason, "", "python3 -S ./sec.py direct "+specs)
 	s.directNonces = nonces
+	// MSG_DONTROUTE on an unconnected socket: the kernel looks for the
+	// destination on a directly attached link, past the routing table. The
+	// egress network is no link of the pod's, so there is none; from a
+	// container on that network (the control) the same sendto arrives.
 	for _, dst := range []string{egressGW, secFakeIP} {
 		nn := n()
-		ps.add(2, "udp with MSG_DONTROUTE to "+dst, blocked, nn, "python3 -S ./sec.py send udp "+dst+" 443 "+nn+" dontroute")
+		ps.add(2, "udp sendto with MSG_DONTROUTE to "+dst, blocked, rSendtoNoRoute, nn, "python3 -S ./sec.py dontroute "+dst+" 443 "+nn)
 	}
-	ps.add(2, "routes", info, "", "ip -4 route; echo; ip route get "+secFakeIP+" 2>&1; ip route get "+egressGW+" 2>&1; true")
+	ps.add(2, "routes", info, noReason, "", "ip -4 route; echo; ip route get "+secFakeIP+" 2>&1; ip route get "+egressGW+" 2>&1; true")
 }
 
 // mainRow3: IPv6.
@@ -252,18 +408,23 @@ func (s *secSuite) mainRow3(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	p := strconv.Itoa(s.env.hostPort)
 	var nn string
-	ps.add(3, "ipv6 routes and addresses", info, "", "ip -6 route; echo; ip -6 -br addr; true")
-	nn = n()
-	ps.add(3, "curl -6 to an allowed name", blocked, nn, curlHTTPS("allowed.test", nn)+" -6")
-	ps.add(3, "aaaa of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test AAAA")
-	nn = n()
-	ps.add(3, "aaaa under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test AAAA"))
-	for _, ip6 := range s.env.hostIPs[1:] {
+	ps.add(3, "ipv6 routes and addresses", info, noReason, "", "ip -6 route; echo; ip -6 -br addr; true")
+	// curl -6 to an IPv6 literal of this machine's own, where a host
+	// canary listens: no name to fail on, so only the route can stop it.
+	for _, ip6 := range s.env.ipv6Addrs() {
 		nn = n()
-		ps.add(3, "tcp to the machine's IPv6 address "+ip6, blocked, nn, "python3 -S ./sec.py send tcp "+ip6+" "+p+" "+nn)
+		ps.add(3, "curl -6 to the machine's IPv6 address "+ip6, blocked, rCurlNoAddr6, nn,
+			curlV("-6 -sS --max-time 5 http://["+ip6+"]:"+p+"/"+nn))
+	}
+	ps.add(3, "aaaa of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test AAAA")
+	nn = n()
+	ps.add(3, "aaaa under an allowed wildcard", blocked, rNoData, nn, routerVar+dnsProbe("@$R "+nn+".wild.test AAAA"))
+	for _, ip6 := range s.env.ipv6Addrs() {
+		nn = n()
+		ps.add(3, "tcp to the machine's IPv6 address "+ip6, blocked, rNoAddr6, nn, "python3 -S ./sec.py send tcp "+ip6+" "+p+" "+nn)
 	}
 	nn = n()
-	ps.add(3, "udp to every link-local node (ff02::1, ff02::2)", blocked, nn, waitDAD+"python3 -S ./sec.py ll6 443 "+nn)
+	ps.add(3, "udp to every link-local node (ff02::1, ff02::2)", blocked, rLL6NoAddr, nn, waitDAD+"python3 -S ./sec.py ll6 443 "+nn)
 }
 
 // mainRow4: UDP, QUIC, ICMP.
@@ -272,14 +433,16 @@ func (s *secSuite) mainRow4(t *testing.T, ps *probeSet) {
 	var nn string
 	for _, dst := range []string{"$R", secFakeIP, egressGW} {
 		nn = n()
-		ps.add(4, "ping "+dst, blocked, nn, routerVar+"ping -c1 -W2 -p "+pingPattern(nn)+" "+dst)
+		ps.add(4, "ping "+dst, blocked, rPingEPERM, nn, routerVar+"ping -c1 -W2 -p "+pingPattern(nn)+" "+dst)
 	}
+	// QUIC to allowed.test's real address (the fake's, where UDP 443
+	// echoes), with the nonce in the clear: only a route could carry it.
 	nn = n()
-	ps.add(4, "http3 to an allowed wildcard name", blocked, nn, "curl --http3-only -sS --max-time 5 --cacert ./ca.pem https://"+nn+".wild.test/"+nn)
+	ps.add(4, "QUIC Initial to allowed.test's upstream address", blocked, rSendtoNoRoute, nn, "python3 -S ./sec.py quic "+secFakeIP+" 443 "+nn)
 	nn = n()
-	ps.add(4, "udp 443 to an allowed name's address", blocked, nn, "python3 -S ./sec.py send udp $(getent hosts allowed.test | cut -d' ' -f1) 443 "+nn)
+	ps.add(4, "udp 443 to an allowed name's address", blocked, rRefused, nn, "python3 -S ./sec.py send udp $(getent hosts allowed.test | cut -d' ' -f1) 443 "+nn)
 	nn = n()
-	ps.add(4, "udp 443 to the fake", blocked, nn, "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn)
+	ps.add(4, "udp 443 to the fake", blocked, rNoRoute, nn, "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn)
 }
 
 // mainRow5: SNI tricks, all at the forwarder (127.0.0.1:443).
@@ -296,141 +459,180 @@ func (s *secSuite) mainRow5(t *testing.T, ps *probeSet) {
 		{"oversized hello, allowed sni after 20 kB", "--pad 20000 --sni-last --sni allowed.test --alpn %s"},
 	} {
 		nn = n()
-		ps.add(5, h.name, blocked, nn, "python3 -S ./sec.py hello 127.0.0.1 443 "+strings.ReplaceAll(h.args, "%s", nn))
+		ps.add(5, h.name, blocked, rHelloClosed, nn, "python3 -S ./sec.py hello 127.0.0.1 443 "+strings.ReplaceAll(h.args, "%s", nn))
 	}
 	nn = n()
-	ps.add(5, "denied sni with curl", blocked, nn, "curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".denied.test:443:127.0.0.1 https://"+nn+".denied.test/"+nn)
+	ps.add(5, "denied sni with curl", blocked, rTLSClosed, nn, "curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".denied.test:443:127.0.0.1 https://"+nn+".denied.test/"+nn)
 	nn = n()
-	ps.add(5, "mixed-case sni of an allowed name", arrives, nn, "python3 -S ./sec.py https 127.0.0.1 443 AlLoWeD.TeSt 'GET /"+nn+" HTTP/1.1' AlLoWeD.TeSt")
+	ps.add(5, "mixed-case sni of an allowed name", arrives, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 AlLoWeD.TeSt 'GET /"+nn+" HTTP/1.1' AlLoWeD.TeSt")
 	nn = n()
-	ps.add(5, "trailing dot of an allowed name (curl)", arrives, nn, "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test./"+nn)
+	ps.add(5, "trailing dot of an allowed name (curl)", arrives, noReason, nn, "curl -sS --max-time 10 --cacert ./ca.pem https://allowed.test./"+nn)
 	nn = n()
-	ps.add(5, "trailing-dot sni (raw hello)", allowedHostOnly, nn, "python3 -S ./sec.py hello 127.0.0.1 443 --sni allowed.test. --alpn "+nn)
+	ps.add(5, "trailing-dot sni (raw hello)", allowedHostOnly, noReason, nn, "python3 -S ./sec.py hello 127.0.0.1 443 --sni allowed.test. --alpn "+nn)
 	nn = n()
-	ps.add(5, "allowed sni, then CONNECT to another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'CONNECT "+nn+".denied.test:443 HTTP/1.1' "+nn+".denied.test:443")
+	ps.add(5, "allowed sni, then CONNECT to another name", allowedHostOnly, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'CONNECT "+nn+".denied.test:443 HTTP/1.1' "+nn+".denied.test:443")
 	nn = n()
-	ps.add(5, "allowed sni, then Host of another name", allowedHostOnly, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'GET /x HTTP/1.1' "+nn+".denied.test")
+	ps.add(5, "allowed sni, then Host of another name", allowedHostOnly, noReason, nn, "python3 -S ./sec.py https 127.0.0.1 443 allowed.test 'GET /x HTTP/1.1' "+nn+".denied.test")
 }
 
 // mainRow6: HTTPS and SVCB records.
 func (s *secSuite) mainRow6(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(6, "https record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test HTTPS")
-	ps.add(6, "svcb record of an allowed name", info, "", routerVar+"dig +time=2 +tries=1 @$R +tcp allowed.test SVCB")
+	ps.add(6, "https record of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R allowed.test HTTPS")
+	ps.add(6, "svcb record of an allowed name", info, noReason, "", routerVar+"dig +time=2 +tries=1 @$R +tcp allowed.test SVCB")
 	nn = n()
-	ps.add(6, "https record under an allowed wildcard", blocked, nn, routerVar+dnsProbe("@$R "+nn+".wild.test TYPE65"))
+	ps.add(6, "https record under an allowed wildcard", blocked, rNoData, nn, routerVar+dnsProbe("@$R "+nn+".wild.test TYPE65"))
 	nn = n()
-	ps.add(6, "svcb record under an allowed wildcard over tcp", blocked, nn, routerVar+dnsProbe("@$R +tcp "+nn+".wild.test SVCB"))
+	ps.add(6, "svcb record under an allowed wildcard over tcp", blocked, rNoData, nn, routerVar+dnsProbe("@$R +tcp "+nn+".wild.test SVCB"))
 }
 
-// mainRow7: rebinding and SSRF through the router.
+// mainRow7: rebinding and SSRF through the router. Each rebound name
+// must be stopped by routerd's refusal of the fake's answer.
 func (s *secSuite) mainRow7(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
+	why := map[string]string{"127.0.0.1": "loopback", egressGW: "gateway: podman's network namespace and the host",
+		"10.99.0.200": "private", "172.31.99.20": "private", "192.168.99.20": "private"}
 	for _, tgt := range []string{"127.0.0.1", egressGW, "10.99.0.200", "172.31.99.20", "192.168.99.20"} {
 		nn = n()
 		name := "ip-" + strings.ReplaceAll(tgt, ".", "-") + "-" + nn + "." + rebindSuffix
-		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, nn, curlHTTPS(name, nn))
+		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
+		s.refuse(7, "main", name, tgt, why[tgt])
 	}
-	for _, tgt := range []struct{ name, label string }{
-		{"egress gateway", "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
+	for _, tgt := range []struct{ addr, label string }{
+		{egressGW, "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
 		{"172.31.99.20", "ip-172-31-99-20-c1"}, {"192.168.99.20", "ip-192-168-99-20-c2"},
 	} {
 		nn = n()
-		ps.add(7, "tcp port entry rebound to "+tgt.name, blocked, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
+		name := tgt.addr
+		if tgt.addr == egressGW {
+			name = "egress gateway"
+		}
+		ps.add(7, "tcp port entry rebound to "+name, blocked, rNoEcho, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
+		s.refuse(7, "main", tgt.label+"."+rebindSuffix, tgt.addr, why[tgt.addr])
 	}
 	nn = n()
-	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, nn,
+	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, rDigClosed, nn,
 		dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	s.refuse(7, "main", "ip-127-0-0-1-lo."+rebindSuffix, "127.0.0.1", "loopback")
 	nn = n()
-	ps.add(7, "opened path: dns over a port entry to the fake", arrives, nn,
+	ps.add(7, "opened path: dns over a port entry to the fake", arrives, noReason, nn,
 		dnsProbe("+tcp -p 53 @ip-10-99-0-11-dns."+rebindSuffix+" "+nn+".wild.test A"))
 	nn = n()
-	ps.add(7, "opened path: https via a name rebound to the fake", arrives, nn, curlHTTPS("ip-10-99-0-11-"+nn+"."+rebindSuffix, nn))
+	ps.add(7, "opened path: https via a name rebound to the fake", arrives, noReason, nn, curlHTTPS("ip-10-99-0-11-"+nn+"."+rebindSuffix, nn))
 }
 
 // mainRow8: the host.
 func (s *secSuite) mainRow8(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
-	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
+	hostIP := s.env.hostIPs[0]
+	hostDash := strings.ReplaceAll(hostIP, ".", "-")
 	p := strconv.Itoa(s.env.hostPort)
 	var nn string
-	ps.add(8, "host.containers.internal does not resolve", info, "", "getent hosts host.containers.internal")
+	ps.add(8, "host.containers.internal does not resolve", info, noReason, "", "python3 -S ./sec.py resolve host.containers.internal")
 	nn = n()
-	ps.add(8, "http to host.containers.internal", blocked, nn, "curl -sS --max-time 5 http://host.containers.internal:"+p+"/"+nn)
+	ps.add(8, "http to host.containers.internal", blocked, rCurlNXDOMAIN, nn, "curl -sS --max-time 5 http://host.containers.internal:"+p+"/"+nn)
 	for _, ip := range s.env.hostIPs {
+		why := rNoRoute
+		if strings.Contains(ip, ":") {
+			why = rNoAddr6
+		}
 		for _, proto := range []string{"tcp", "udp"} {
 			nn = n()
-			ps.add(8, proto+" to the machine's address "+ip, blocked, nn, "python3 -S ./sec.py send "+proto+" "+ip+" "+p+" "+nn)
+			ps.add(8, proto+" to the machine's address "+ip, blocked, why, nn, "python3 -S ./sec.py send "+proto+" "+ip+" "+p+" "+nn)
 		}
 	}
 	for _, proto := range []string{"tcp", "udp"} {
 		nn = n()
-		ps.add(8, proto+" to 127.0.0.1 on the canaries' port", blocked, nn, "python3 -S ./sec.py send "+proto+" 127.0.0.1 "+p+" "+nn)
+		ps.add(8, proto+" to 127.0.0.1 on the canaries' port", blocked, rRefused, nn, "python3 -S ./sec.py send "+proto+" 127.0.0.1 "+p+" "+nn)
 	}
 	nn = n()
-	ps.add(8, "tcp port entry rebound to the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	ps.add(8, "tcp port entry rebound to the machine's address", blocked, rNoEcho, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	s.refuse(8, "main", "ip-"+hostDash+"-host."+rebindSuffix, hostIP, "the host")
 	nn = n()
-	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, nn, curlHTTPS("ip-"+hostDash+"-"+nn+"."+rebindSuffix, nn))
+	name := "ip-" + hostDash + "-" + nn + "." + rebindSuffix
+	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
+	s.refuse(8, "main", name, hostIP, "the host")
 	nn = n()
-	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
+	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, rNoEcho, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
+	s.refuse(8, "main", "ip-127-0-0-1-hl."+rebindSuffix, "127.0.0.1", "loopback")
 }
+
+// rEditedUDP: row 9's datagrams to the new nameservers have no route.
+var rEditedUDP = because("ENETUNREACH", []int{1}, `(?m)^udp `+regexp.QuoteMeta(secFakeIP)+`:53 ENETUNREACH$`, `(?m)^udp `+regexp.QuoteMeta(egressGW)+`:53 ENETUNREACH$`)
 
 // mainRow9: edited resolv.conf and hosts.
 func (s *secSuite) mainRow9(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(9, "write /etc/resolv.conf and /etc/hosts", info, "", "echo 'nameserver "+secFakeIP+"' >> /etc/resolv.conf; r=$?; echo '"+secFakeIP+" allowed.test' >> /etc/hosts; h=$?; [ $r = 0 ] || [ $h = 0 ]")
+	ps.add(9, "write /etc/resolv.conf and /etc/hosts", info, noReason, "", "echo 'nameserver "+secFakeIP+"' >> /etc/resolv.conf; r=$?; echo '"+secFakeIP+" allowed.test' >> /etc/hosts; h=$?; [ $r = 0 ] || [ $h = 0 ]")
 	s.edited = map[string]string{}
-	for _, pr := range []struct{ name, shell string }{
-		{"edited: getent a denied name", "getent hosts %s.denied.test"},
-		{"edited: dig a denied name", "dig +time=1 +tries=1 %s.denied.test TXT | grep -q 'ANSWER: [1-9]'"},
-		{"edited: curl allowed.test now mapped to the fake", "curl -sS --max-time 5 --cacert ./ca.pem https://allowed.test/%s"},
-		{"edited: curl a denied name mapped to the forwarder", "curl -sS --max-time 5 --cacert ./ca.pem https://hosts-%s.denied.test/%s"},
-		{"edited: udp to the new nameservers", "python3 -S ./sec.py send udp " + secFakeIP + " 53 %s && python3 -S ./sec.py send udp " + egressGW + " 53 %s-gw"},
+	for _, pr := range []struct {
+		name  string
+		why   reason
+		shell string
+	}{
+		{"edited: resolve a denied name", rNoResolver, "python3 -S ./sec.py resolve %s.denied.test"},
+		{"edited: dig a denied name", rDigNoRoute, dnsProbe("+time=1 %s.denied.test TXT")},
+		{"edited: curl allowed.test now mapped to the fake", rCurlNoRoute, curlV("-sS --max-time 5 --cacert ./ca.pem https://allowed.test/%s")},
+		{"edited: curl a denied name mapped to the forwarder", rTLSClosed, "curl -sS --max-time 5 --cacert ./ca.pem https://hosts-%s.denied.test/%s"},
+		{"edited: udp to the new nameservers", rEditedUDP, "python3 -S ./sec.py send udp " + secFakeIP + " 53 %s; a=$?; python3 -S ./sec.py send udp " + egressGW + " 53 %s-gw; b=$?; [ $a = 0 ] || [ $b = 0 ]"},
 	} {
 		nn = n()
 		if strings.Contains(pr.name, "mapped to the forwarder") {
 			s.edited["hostsname"] = "hosts-" + nn + ".denied.test"
 		}
-		ps.add(9, pr.name, blocked, nn, "sh ./edited.sh sh -c "+shellQuote(strings.ReplaceAll(pr.shell, "%s", nn)))
+		ps.add(9, pr.name, blocked, pr.why, nn, "sh ./edited.sh sh -c "+shellQuote(strings.ReplaceAll(pr.shell, "%s", nn)))
 	}
 	nn = n()
-	ps.add(9, "edited: the allowed path still works (self-check)", arrives, nn,
+	ps.add(9, "edited: the allowed path still works (self-check)", arrives, noReason, nn,
 		"sh ./edited.sh curl -sS --max-time 10 --cacert ./ca.pem --resolve "+nn+".wild.test:443:127.0.0.1 https://"+nn+".wild.test/"+nn)
 }
 
-// mainRow10: capabilities, raw and tun sockets, new namespaces.
+// mainRow10: capabilities, raw and tun sockets, new user namespaces. A
+// user namespace of the agent's own gives it every capability there, but
+// the pod's network namespace (the only one with an interface that goes
+// anywhere) belongs to the container's user namespace: the probes stay in
+// it, so they can only leak if those capabilities reached it.
 func (s *secSuite) mainRow10(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	var nn string
-	ps.add(10, "capabilities", info, "", "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; capsh --print | head -3")
-	ps.add(10, "raw sockets in the pod", blocked, "", "python3 -S ./sec.py rawsock")
-	ps.add(10, "tun device in the pod", blocked, "", "python3 -S ./sec.py tun")
-	ps.add(10, "unshare -Ur: raw sockets in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py rawsock")
-	ps.add(10, "unshare -Ur: tun in the pod's network", blocked, "", "unshare -Ur python3 -S ./sec.py tun")
-	ps.add(10, "unshare -Ur: add a route", blocked, "", "unshare -Ur ip route add "+secFakeIP+"/32 dev eth0")
+	ps.add(10, "capabilities", info, noReason, "", "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; capsh --print | head -3")
+	ps.add(10, "raw sockets in the pod", blocked, rRawEPERM, "", "python3 -S ./sec.py rawsock")
+	ps.add(10, "tun device in the pod", blocked, rTunEPERM, "", "python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: raw sockets in the pod's network", blocked, rRawEPERM, "", "unshare -Ur python3 -S ./sec.py rawsock")
+	ps.add(10, "unshare -Ur: tun in the pod's network", blocked, rTunEPERM, "", "unshare -Ur python3 -S ./sec.py tun")
+	ps.add(10, "unshare -Ur: add a route via the pod's interface", blocked, rIPEPERM, "", "unshare -Ur ip route add "+secFakeIP+"/32 dev eth0")
 	nn = n()
-	ps.add(10, "unshare -Urn: raw packet to the fake", blocked, nn,
-		"unshare -Urn sh -c 'ip link set lo up && python3 -S ./sec.py rawsock && python3 -S ./sec.py rawsend "+secFakeIP+" 443 "+nn+"'")
+	ps.add(10, "unshare -Ur: raw packet to the fake from the pod's network", blocked, rRawSendEPERM, nn,
+		"unshare -Ur python3 -S ./sec.py rawsend "+secFakeIP+" 443 "+nn)
 	nn = n()
-	ps.add(10, "unshare -Urn: tun device routed to the egress subnet", blocked, nn,
-		"unshare -Urn sh -c 'ip tuntap add asbtun0 mode tun && ip link set asbtun0 up && ip addr add 10.99.0.77/24 dev asbtun0 && "+
+	ps.add(10, "unshare -Ur: tun device in the pod's network routed to the fake", blocked, rTuntapEPERM, nn,
+		"unshare -Ur sh -c 'ip tuntap add asbtun0 mode tun && ip link set asbtun0 up && ip route add "+secFakeIP+"/32 dev asbtun0 && "+
 			"python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn+"'")
 }
 
+// plantedSock is the socket row 12 plants inside the sandbox at run time
+// (the launcher refuses a launch dir holding one): the scan must list it.
+const plantedSock = "/var/tmp/planted.sock"
+
 // mainRow12: sockets and runtime dirs.
 func (s *secSuite) mainRow12(_ *testing.T, ps *probeSet) {
-	ps.add(12, "sockets", info, "", "find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true")
-	ps.add(12, "runtime dirs and env", info, "",
+	// find exits 1 when it cannot read a directory: each it names must be
+	// one the agent cannot search either, so no socket in it is reachable.
+	ps.add(12, "sockets", info, noReason, "", "e=$(mktemp); python3 -S ./sec.py plant "+plantedSock+"; "+
+		"find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>$e; echo \"find rc=$?\"; sed 's/^/find stderr: /' $e; "+
+		"sed -n \"s/^find: '\\(.*\\)': Permission denied$/\\1/p\" $e | while read -r d; do if [ -x \"$d\" ]; then echo \"searchable: $d\"; else echo \"unsearchable: $d\"; fi; done; "+
+		"rm -f $e "+plantedSock)
+	ps.add(12, "runtime dirs and env", info, noReason, "",
 		"ls -d /run/user/* /run/podman /var/run/docker.sock /run/containers 2>&1; env | grep -E '^(XDG_RUNTIME_DIR|DOCKER_HOST|CONTAINER_HOST|CONTAINER_CONNECTION)=' ; "+
 			"grep -cE 'podman\\.sock|agent-sandbox-[0-9]+-[0-9]+-api' /proc/self/mountinfo; true")
 }
 
 // mainRow13: what the agent sees of the helpers.
 func (s *secSuite) mainRow13(_ *testing.T, ps *probeSet) {
-	ps.add(13, "processes", info, "", "ps -eo pid,user,comm")
+	ps.add(13, "processes", info, noReason, "", "ps -eo pid,user,comm")
 }
 
 // editedFiles are row 9's replacement resolver and hosts files, and the
@@ -454,26 +656,34 @@ func (s *secSuite) buildOpened(t *testing.T) {
 	ps := &s.opened
 	n := func() string { return newNonce(t) }
 	p := strconv.Itoa(s.env.hostPort)
-	hostDash := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
+	hostIP := s.env.hostIPs[0]
+	hostDash := strings.ReplaceAll(hostIP, ".", "-")
 	for _, tgt := range []string{"10.99.0.200", "172.31.99.20", "192.168.99.20"} {
 		nn := n()
-		ps.add(7, "opened: https via a name rebound to "+tgt, arrives, nn, curlHTTPS("ip-"+strings.ReplaceAll(tgt, ".", "-")+"-"+nn+"."+rebindSuffix, nn))
+		ps.add(7, "opened: https via a name rebound to "+tgt, arrives, noReason, nn, curlHTTPS("ip-"+strings.ReplaceAll(tgt, ".", "-")+"-"+nn+"."+rebindSuffix, nn))
 	}
 	for _, label := range []string{"ip-10-99-0-200-c0", "ip-172-31-99-20-c1", "ip-192-168-99-20-c2"} {
 		nn := n()
-		ps.add(7, "opened: tcp port entry "+label, arrives, nn, tcpEcho(label+"."+rebindSuffix, "2222", nn))
+		ps.add(7, "opened: tcp port entry "+label, arrives, noReason, nn, tcpEcho(label+"."+rebindSuffix, "2222", nn))
 	}
 	nn := n()
-	ps.add(7, "still refused with the egress subnet allowed: the gateway", blocked, nn, tcpEcho("ip-10-99-0-1-gw."+rebindSuffix, "2222", nn))
+	ps.add(7, "still refused with the egress subnet allowed: the gateway", blocked, rNoEcho, nn, tcpEcho("ip-10-99-0-1-gw."+rebindSuffix, "2222", nn))
+	s.refuse(7, "opened-path", "ip-10-99-0-1-gw."+rebindSuffix, egressGW, "gateway: podman's network namespace and the host")
 	nn = n()
-	ps.add(7, "still refused: the router's loopback resolver", blocked, nn, dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	ps.add(7, "still refused: the router's loopback resolver", blocked, rDigClosed, nn, dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
+	s.refuse(7, "opened-path", "ip-127-0-0-1-lo."+rebindSuffix, "127.0.0.1", "loopback")
 	nn = n()
-	ps.add(8, "still refused: the machine's address", blocked, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
-	ps.add(8, "allowlisted host.containers.internal resolves to the forwarder", info, "", "getent hosts host.containers.internal")
+	ps.add(8, "still refused: the machine's address", blocked, rNoEcho, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
+	s.refuse(8, "opened-path", "ip-"+hostDash+"-host."+rebindSuffix, hostIP, "the host")
+	// host.containers.internal allowlisted: dnsmasq answers it with the
+	// forwarder, nginx asks routerd, the fake answers with the machine's
+	// address (as podman's hosts file would), and routerd must refuse it.
+	ps.add(8, "allowlisted host.containers.internal resolves to the forwarder", info, noReason, "", "python3 -S ./sec.py resolve host.containers.internal")
 	nn = n()
-	ps.add(8, "allowlisted host.containers.internal:port via the router", blocked, nn, tcpEcho("host.containers.internal", p, nn))
+	ps.add(8, "allowlisted host.containers.internal:port via the router", blocked, rNoEcho, nn, tcpEcho("host.containers.internal", p, nn))
 	nn = n()
-	ps.add(8, "allowlisted host.containers.internal via the router (TLS)", blocked, nn, "curl -sS --max-time 10 -k https://host.containers.internal/"+nn)
+	ps.add(8, "allowlisted host.containers.internal via the router (TLS)", blocked, rTLSClosed, nn, "curl -sS --max-time 10 -k https://host.containers.internal/"+nn)
+	s.refuse(8, "opened-path", "host.containers.internal", hostIP, "the host")
 }
 
 // buildControl is the opened path of every direct probe kind: a plain
@@ -485,7 +695,7 @@ func (s *secSuite) buildControl(t *testing.T) {
 	kinds := s.controlNonces
 	add := func(kind, name, shell string, nonces ...string) {
 		kinds[kind] = append(kinds[kind], nonces...)
-		ps.add(0, name, info, "", shell)
+		ps.add(0, name, info, noReason, "", shell)
 	}
 	for _, typ := range []string{"A", "AAAA", "TXT", "MX"} {
 		for _, tcp := range []string{"", "+tcp"} {
@@ -499,11 +709,15 @@ func (s *secSuite) buildControl(t *testing.T) {
 	specs, nonces := directSpecs(t, directTargets()...)
 	add("direct", "direct", "python3 -S ./sec.py direct "+specs+"; true", nonces...)
 	nn = n()
+	add("dontroute", "dontroute", "python3 -S ./sec.py dontroute "+secFakeIP+" 443 "+nn, nn)
+	nn = n()
 	add("ll6", "ll6", waitDAD+"python3 -S ./sec.py ll6 443 "+nn, nn)
 	nn = n()
 	add("ping", "ping", "ping -c2 -W2 -p "+pingPattern(nn)+" "+secFakeIP, nn)
 	nn = n()
 	add("udp443", "udp443", "python3 -S ./sec.py send udp "+secFakeIP+" 443 "+nn, nn)
+	nn = n()
+	add("quic", "quic", "python3 -S ./sec.py quic "+secFakeIP+" 443 "+nn, nn)
 	for _, h := range []string{"--alpn %s", "--sni %s.denied.test", "--sni " + secFakeIP + " --alpn %s", "--sni allowed.test:2222 --alpn %s",
 		`--sni 'allowed.test\0.%s.denied.test'`, "--pad 20000 --sni %s.denied.test", "--pad 20000 --sni-last --sni allowed.test --alpn %s"} {
 		nn = n()
@@ -541,23 +755,23 @@ func (s *secSuite) runControl(t *testing.T) {
 	cstart := time.Now()
 	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", egressNet,
 		"--dns", secFakeIP, "--user", "0", "--cap-add", "NET_RAW", "-v", dir+":/w", "-w", "/w",
-		"--entrypoint", "sh", harness.sandboxImage, "-c", parallelScript(s.control.list(), 12))
+		"--entrypoint", "sh", harness.sandboxImage, "-c",
+		parallelScript(s.control.list(), 12, preflight("preflight", pfControlCmds, pfSecPy, pfNcN, pfDigTCP, pfPingPad), ""))
 	if err != nil {
 		t.Errorf("control container: %v\n%s", err, out)
 	}
 	s.took = append(s.took, fmt.Sprintf("control container %.1fs", time.Since(cstart).Seconds()))
 	s.control.res = parseProbes(out)
-	s.control.ran = len(s.control.res) > 0
+	s.checkPreflight(t, "control", "preflight", s.control.res)
+	s.control.ran = len(s.control.res) > 1
 	// The host canaries on loopback (and IPv6) are only reachable from the host.
-	local := []string{"127.0.0.1", "::1"}
-	for _, ip := range s.env.hostIPs {
-		if strings.Contains(ip, ":") {
-			local = append(local, ip)
-		}
-	}
+	local := append([]string{"127.0.0.1", "::1"}, s.env.ipv6Addrs()...)
 	for _, addr := range local {
 		nn := newNonce(t)
 		s.controlNonces["host-loopback"] = append(s.controlNonces["host-loopback"], nn)
+		if strings.Contains(addr, ":") && addr != "::1" {
+			s.controlNonces["host-ipv6"] = append(s.controlNonces["host-ipv6"], nn)
+		}
 		if c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, strconv.Itoa(s.env.hostPort)), 2*time.Second); err == nil {
 			_, _ = c.Write([]byte(nn + "\n"))
 			buf := make([]byte, 64)
@@ -577,18 +791,25 @@ func (s *secSuite) buildNested(t *testing.T) {
 	s.nestedModes = []string{"default", "host", "slirp4netns"}
 	s.nestedNonces = map[string]map[string]string{}
 	ps := &s.nested
-	ps.add(11, "build a nested image offline", info, "",
+	ps.add(11, "build a nested image offline", info, noReason, "",
 		`set -e; rm -rf /tmp/rootfs; mkdir -p /tmp/rootfs; cd /tmp/rootfs; mkdir -p usr etc tmp proc sys dev run var/tmp
 ln -s usr/bin bin; ln -s usr/sbin sbin; ln -s usr/lib lib; ln -s usr/lib64 lib64
 tar -cf /tmp/nested.tar .; cd - >/dev/null; podman import -q /tmp/nested.tar localhost/asb-nested:test`)
-	ps.add(11, "the agent's own address", info, "", "ip -4 -o addr show eth0")
+	ps.add(11, "the agent's own address", info, noReason, "", "ip -4 -o addr show eth0")
 	for _, m := range s.nestedModes {
 		net := ""
 		if m != "default" {
 			net = "--network " + m + " "
 		}
-		ps.add(11, "nested "+m, info, "", "podman run --rm "+net+`-v /usr:/usr:ro -v "$PWD:$PWD" -w "$PWD" localhost/asb-nested:test sh ./nested-`+m+".sh")
+		ps.add(11, "nested "+m, info, noReason, "", "podman run --rm "+net+`-v /usr:/usr:ro -v "$PWD:$PWD" -w "$PWD" localhost/asb-nested:test sh ./nested-`+m+".sh")
 	}
+}
+
+// nestedReasons are the failures row 11 expects of each nested probe.
+var nestedReasons = map[string]reason{
+	"dns A":       rNXDOMAIN,
+	"dns TXT tcp": rNXDOMAIN,
+	"raw sockets": rRawEPERM,
 }
 
 // nestedInner is what runs inside the nested container of one mode.
