@@ -312,13 +312,13 @@ func prepare(cmd []string) (sessionConfig, error) {
 		}
 	}
 	allowlist := allowlistPath()
-	if err := checkLaunchDir(dir, allowlist); err != nil {
+	if err := checkLaunchDir(dir, allowlist); err != nil && !mutated("launch-dir-check") {
 		return cfg, err
 	}
 	if cfg.tree, err = scanLaunchDir(dir, launchScanBound); err != nil {
 		return cfg, err
 	}
-	if err := socketRefusal(dir, cfg.tree); err != nil {
+	if err := socketRefusal(dir, cfg.tree); err != nil && !mutated("launch-dir-check") {
 		return cfg, err
 	}
 	cfg.stamps = stampTree(dir, cfg.tree)
@@ -466,7 +466,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		Labels: map[string]string{labelShared: "true"}}, true); err != nil {
 		return fail(err)
 	}
-	n, err := eng.NetworkCreate(ctx, &types.Network{Name: names.session, Driver: "bridge", Internal: true, Labels: labels,
+	n, err := eng.NetworkCreate(ctx, &types.Network{Name: names.session, Driver: "bridge", Internal: !mutated("internal-network"), Labels: labels,
 		Options: map[string]string{"mtu": sessionMTU}}, false)
 	if err != nil {
 		return fail(err)
@@ -633,7 +633,11 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
 		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
 	}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String(),
+	allow := cfg.upstreamAllow
+	if mutated("private-range-filter") {
+		allow = "0.0.0.0/0"
+	}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
 		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs()}
 	return r
 }
@@ -691,6 +695,9 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Init = ptr(true)
 	c.Pod = names.session
 	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
+	if mutated("net-raw") {
+		c.CapDrop = []string{"NET_ADMIN", "SYS_ADMIN"}
+	}
 	c.SelinuxOpts = []string{"disable"}
 	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
 	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
