@@ -425,7 +425,9 @@ func rowProxyEnv(t *testing.T, ev *evidence) {
 	n := "$(printf %s%s " + nonce[:half] + " " + nonce[half:] + ")"
 	look := []probe{
 		{"env", "env | grep -F " + n + "; echo matches=$(env | grep -cF " + n + ")"},
-		{"proc", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -cF " + n + "; true"},
+		// Read before grep starts: grep's own command line holds the
+		// nonce it looks for.
+		{"proc", "d=$(cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'); printf '%s\\n' \"$d\" | grep -cF " + n + "; true"},
 		{"files", "grep -rlsF " + n + " /etc /home/claude /tmp /var/tmp /run /usr/local/etc \"$PWD\"; echo done"},
 	}
 	res, _ := probeSession(t, sessionOpts{Env: env}, look...)
