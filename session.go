@@ -696,7 +696,10 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Pod = names.session
 	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
 	if mutated("net-raw") {
+		// podman's default set no longer has NET_RAW: keeping it means
+		// adding it.
 		c.CapDrop = []string{"NET_ADMIN", "SYS_ADMIN"}
+		c.CapAdd = []string{"NET_RAW"}
 	}
 	c.SelinuxOpts = []string{"disable"}
 	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
