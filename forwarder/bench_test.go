@@ -125,7 +125,7 @@ func BenchmarkClientHelloPeek(b *testing.B) {
 			b.SetBytes(int64(len(tc.hello)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if judgeHello(tc.hello) != helloPlain {
+				if v, _ := judgeHello(tc.hello); v != helloPlain {
 					b.Fatal("not judged plain")
 				}
 			}

@@ -303,14 +303,15 @@ func relay(l *listener, client *net.TCPConn) {
 		// Ending ctx while the client is still sending closes it.
 		stop := context.AfterFunc(ctx, func() { _ = client.Close() })
 		var v helloVerdict
-		hello, v = readHello(client)
+		var typ uint16
+		hello, v, typ = readHello(client)
 		defer func() { hello.release() }()
 		if !stop() {
 			return
 		}
 		switch v {
 		case helloECH:
-			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with encrypted_client_hello (0x%04x) on %s\n", extECH, l.ln.Addr())
+			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with %s (0x%04x) on %s\n", extName(typ), typ, l.ln.Addr())
 			_ = client.SetLinger(0)
 			_ = client.Close()
 			return
