@@ -12,8 +12,10 @@ import (
 // inside a ClientHello whose SNI, the only name nginx sees, is the
 // provider's public name. With an allowlisted public name, the agent could
 // reach any site behind that provider. The forwarder refuses such hellos
-// on the pairs that carry TLS; other bytes are passed on unchanged, and
-// nginx judges them as before.
+// on the pairs that carry TLS, the first one before the router is dialled
+// and any later one in the clear (after a HelloRetryRequest) before it is
+// passed on (see watch.go); other bytes are passed on unchanged, and nginx
+// judges them as before.
 
 const (
 	// extECH is the encrypted_client_hello extension's type, in RFC 9849
@@ -79,23 +81,31 @@ const (
 	helloOther
 )
 
-// helloBuf holds the bytes read from a client before its relay starts.
+// helloBuf holds the bytes read from a client before its relay starts,
+// and those the watch holds after that.
 type helloBuf struct{ b []byte }
 
-var helloBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
+var (
+	helloBufs  = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
+	recordBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, recordBuf)} }}
+)
 
 // release gives the buffer back for the next connection; it may be called
-// more than once, and on nil.
+// on nil, and must not be called again on a buffer it has given back.
 func (h *helloBuf) release() {
 	if h == nil || h.b == nil {
 		return
 	}
-	if cap(h.b) == helloStart {
+	switch cap(h.b) {
+	case helloStart:
 		h.b = h.b[:0]
 		helloBufs.Put(h)
-		return
+	case recordBuf:
+		h.b = h.b[:0]
+		recordBufs.Put(h)
+	default:
+		h.b = nil
 	}
-	h.b = nil
 }
 
 // readHello reads what the client sends first until judgeHello can tell

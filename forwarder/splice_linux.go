@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // Why not io.Copy, which splices too: the net package makes each splice
@@ -130,6 +132,76 @@ func relayCopy(dst, src relayConn) error {
 		}
 		if serr != 0 {
 			return serr
+		}
+	}
+}
+
+// userIO moves bytes from src to dst through user space, where the watch
+// looks at them, with raw non-blocking reads and writes that wait in the
+// netpoller, as the splices do, not in a syscall.
+type userIO struct{ src, dst syscall.RawConn }
+
+func newUserIO(dst, src relayConn) (*userIO, error) {
+	rs, err := src.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	ws, err := dst.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &userIO{src: rs, dst: ws}, nil
+}
+
+// read reads into b, which is not empty: io.EOF at the end.
+func (u *userIO) read(b []byte) (int, error) {
+	var n int
+	var serr syscall.Errno
+	if err := u.src.Read(func(fd uintptr) bool {
+		n, serr = rawIO(syscall.SYS_READ, int(fd), b)
+		return serr != syscall.EAGAIN
+	}); err != nil {
+		return 0, err
+	}
+	if serr != 0 {
+		return 0, serr
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// write writes all of b.
+func (u *userIO) write(b []byte) error {
+	var serr syscall.Errno
+	if err := u.dst.Write(func(fd uintptr) bool {
+		for len(b) > 0 {
+			n, e := rawIO(syscall.SYS_WRITE, int(fd), b)
+			if e == syscall.EAGAIN {
+				return false
+			}
+			if e != 0 {
+				serr = e
+				return true
+			}
+			b = b[n:]
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	if serr != 0 {
+		return serr
+	}
+	return nil
+}
+
+func rawIO(trap uintptr, fd int, b []byte) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e != syscall.EINTR {
+			return int(r), e
 		}
 	}
 }
