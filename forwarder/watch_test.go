@@ -2,10 +2,18 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -357,4 +365,122 @@ func TestRelayWatchOverAUnixSocket(t *testing.T) {
 	}
 	closedWithin(t, c, 5*time.Second, "a client that sent ECH in its second hello")
 	log.waitFor(t, "refused a later TLS ClientHello with encrypted_client_hello (0xfe0d)", 5*time.Second)
+}
+
+// TestRelayRealTLS: Go's TLS client and server through a TLS pair, with a
+// HelloRetryRequest (the server takes only P-256, the client's key shares
+// are X25519MLKEM768 and X25519) and in TLS 1.2, full and resumed, whose
+// Finished is encrypted in a handshake record. Each connection moves
+// 200 KiB each way, past the watch's bound.
+func TestRelayRealTLS(t *testing.T) {
+	cert := selfSigned(t)
+	tlsServer := func(cfg *tls.Config) netip.AddrPort {
+		return addrOf(startUpstream(t, func(c *net.TCPConn) {
+			s := tls.Server(c, cfg)
+			_ = s.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(s, s)
+			_ = s.CloseWrite()
+		}))
+	}
+	for _, tc := range []struct {
+		name    string
+		server  *tls.Config
+		client  *tls.Config
+		resumes bool
+		// hellos is how many ClientHellos the client sends on each
+		// connection; version is what it gets.
+		hellos  int
+		version uint16
+	}{
+		{"TLS 1.3", &tls.Config{}, &tls.Config{}, false, 1, tls.VersionTLS13},
+		{"TLS 1.3 after a HelloRetryRequest", &tls.Config{CurvePreferences: []tls.CurveID{tls.CurveP256}}, &tls.Config{}, false, 2, tls.VersionTLS13},
+		{"TLS 1.3 after a HelloRetryRequest, resumed", &tls.Config{CurvePreferences: []tls.CurveID{tls.CurveP256}}, &tls.Config{}, true, 2, tls.VersionTLS13},
+		{"TLS 1.2, ChaCha20", &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305}}, &tls.Config{}, true, 1, tls.VersionTLS12},
+		{"TLS 1.2, AES-CBC", &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}}, &tls.Config{CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}}, true, 1, tls.VersionTLS12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.server.Clone()
+			srv.Certificates = []tls.Certificate{cert}
+			addrs, log := startRelays(t, forward{listen: ap("127.0.0.1:0"), target: tlsServer(srv), tls: true})
+			cli := tc.client.Clone()
+			cli.RootCAs = x509.NewCertPool()
+			cli.RootCAs.AddCert(cert.Leaf)
+			cli.ServerName = "allowed.test"
+			cli.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+			rounds := 1
+			if tc.resumes {
+				rounds = 2
+			}
+			for i := range rounds {
+				raw := &helloCounter{TCPConn: dial(t, addrs[0])}
+				c := tls.Client(raw, cli)
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				want := bytes.Repeat([]byte{byte(i)}, 200<<10)
+				go func() {
+					_, _ = c.Write(want)
+					_ = c.CloseWrite()
+				}()
+				got, err := io.ReadAll(c)
+				if err != nil {
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("connection %d: %d bytes back of %d", i, len(got), len(want))
+				}
+				st := c.ConnectionState()
+				if i > 0 && !st.DidResume {
+					t.Errorf("connection %d did not resume", i)
+				}
+				if st.Version != tc.version || raw.hellos != tc.hellos {
+					t.Errorf("connection %d: version 0x%04x after %d ClientHellos, want 0x%04x after %d", i, st.Version, raw.hellos, tc.version, tc.hellos)
+				}
+			}
+			if strings.Contains(log.String(), "refused") {
+				t.Errorf("something was refused:\n%s", log)
+			}
+		})
+	}
+}
+
+// helloCounter counts the ClientHellos a TLS client writes: Go's client
+// writes each handshake record with a write of its own.
+type helloCounter struct {
+	*net.TCPConn
+	hellos int
+}
+
+func (c *helloCounter) Write(b []byte) (int, error) {
+	if len(b) > recordHeader && b[0] == recordHandshake && b[recordHeader] == typeClientHello {
+		c.hellos++
+	}
+	return c.TCPConn.Write(b)
+}
+
+// selfSigned is a certificate for allowed.test.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "allowed.test"},
+		DNSNames:              []string{"allowed.test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
