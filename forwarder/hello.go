@@ -237,8 +237,9 @@ func scanClientHello(p []byte) (helloVerdict, uint16) {
 // list, which must fill the rest exactly (servers refuse it otherwise),
 // looking for a type hidesName refuses. The body may come in parts: scan
 // is given what has come so far and the length the message declared, and
-// says helloIncomplete while nothing is found in that; the next scan
-// starts at the first extension not yet walked.
+// says helloIncomplete while nothing is found in that (helloPlain once
+// only the last extension's data is missing); the next scan starts at the
+// first extension not yet walked.
 type helloScan struct {
 	// next is where the next extension's header starts, once the fields
 	// before the extensions have been walked; 0 before.
@@ -249,25 +250,14 @@ type helloScan struct {
 // helloOther means the body cannot be a ClientHello whatever the rest
 // is; helloECH comes with the extension's type.
 func (s *helloScan) scan(p []byte, total int) (helloVerdict, uint16) {
-	// need says whether the first k bytes are there: helloOther when
-	// the body is too short for them, helloIncomplete when they are
-	// still to come.
-	need := func(k int) (helloVerdict, bool) {
-		switch {
-		case k > total:
-			return helloOther, false
-		case k > len(p):
-			return helloIncomplete, false
-		}
-		return 0, true
-	}
 	off := s.next
 	if off == 0 {
 		const versionAndRandom = 2 + 32
 		off = versionAndRandom
-		for _, lenBytes := range [...]int{1, 2, 1} { // session id, cipher suites, compression methods
-			if v, ok := need(off + lenBytes); !ok {
-				return v, 0
+		// Session id, cipher suites, compression methods.
+		for _, lenBytes := range [...]int{1, 2, 1} {
+			if end := off + lenBytes; end > len(p) || end > total {
+				return short(end, total), 0
 			}
 			n := int(p[off])
 			if lenBytes == 2 {
@@ -278,8 +268,8 @@ func (s *helloScan) scan(p []byte, total int) (helloVerdict, uint16) {
 		if off == total {
 			return helloPlain, 0 // no extensions at all
 		}
-		if v, ok := need(off + 2); !ok {
-			return v, 0
+		if end := off + 2; end > len(p) || end > total {
+			return short(end, total), 0
 		}
 		if int(binary.BigEndian.Uint16(p[off:])) != total-off-2 {
 			return helloOther, 0
@@ -291,26 +281,35 @@ func (s *helloScan) scan(p []byte, total int) (helloVerdict, uint16) {
 		if total-off < 4 {
 			return helloOther, 0
 		}
-		if off+2 > len(p) {
+		if off+4 > len(p) {
+			// The header is not all here yet; its type may be.
 			s.next = off
+			if off+2 <= len(p) && hidesName(binary.BigEndian.Uint16(p[off:])) {
+				return helloECH, binary.BigEndian.Uint16(p[off:])
+			}
 			return helloIncomplete, 0
 		}
-		if typ := binary.BigEndian.Uint16(p[off:]); hidesName(typ) {
+		h := p[off : off+4]
+		typ, n := binary.BigEndian.Uint16(h), int(binary.BigEndian.Uint16(h[2:]))
+		if hidesName(typ) {
 			return helloECH, typ
 		}
-		if off+4 > len(p) {
-			s.next = off
-			return helloIncomplete, 0
-		}
-		n := int(binary.BigEndian.Uint16(p[off+2:]))
 		if off+4+n > total {
 			return helloOther, 0
 		}
 		off += 4 + n
-		if off > len(p) {
-			s.next = off
-			return helloIncomplete, 0
-		}
 	}
+	// The last extension's data may still be to come: no more types.
+	s.next = off
 	return helloPlain, 0
+}
+
+// short is what a body of total bytes is when the first end of them are
+// needed but not all are there: helloOther when it is shorter than that,
+// helloIncomplete when they are still to come.
+func short(end, total int) helloVerdict {
+	if end > total {
+		return helloOther
+	}
+	return helloIncomplete
 }
