@@ -86,8 +86,8 @@ const (
 type helloBuf struct{ b []byte }
 
 var (
-	helloBufs  = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
-	recordBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, recordBuf)} }}
+	helloBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
+	bigBufs   = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, bigBuf)} }}
 )
 
 // release gives the buffer back for the next connection; it may be called
@@ -100,9 +100,9 @@ func (h *helloBuf) release() {
 	case helloStart:
 		h.b = h.b[:0]
 		helloBufs.Put(h)
-	case recordBuf:
+	case bigBuf:
 		h.b = h.b[:0]
-		recordBufs.Put(h)
+		bigBufs.Put(h)
 	default:
 		h.b = nil
 	}

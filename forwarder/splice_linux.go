@@ -153,23 +153,39 @@ func newUserIO(dst, src relayConn) (*userIO, error) {
 	return &userIO{src: rs, dst: ws}, nil
 }
 
-// read reads into b, which is not empty: io.EOF at the end.
-func (u *userIO) read(b []byte) (int, error) {
-	var n int
+// readInto reads into the free space of *h's buffer. When *h is nil, it
+// takes one from pool once there are bytes to read, and gives it back
+// while there are none, so a relay waiting for its client holds no
+// buffer. It returns what it read and how much room there was: io.EOF
+// at the end.
+func (u *userIO) readInto(h **helloBuf, pool *sync.Pool) (n, free int, err error) {
 	var serr syscall.Errno
 	if err := u.src.Read(func(fd uintptr) bool {
-		n, serr = rawIO(syscall.SYS_READ, int(fd), b)
-		return serr != syscall.EAGAIN
+		fresh := *h == nil
+		if fresh {
+			*h = pool.Get().(*helloBuf)
+		}
+		b := (*h).b
+		free = cap(b) - len(b)
+		n, serr = rawIO(syscall.SYS_READ, int(fd), b[len(b):cap(b)])
+		if serr == syscall.EAGAIN {
+			if fresh {
+				(*h).release()
+				*h = nil
+			}
+			return false
+		}
+		return true
 	}); err != nil {
-		return 0, err
+		return 0, free, err
 	}
 	if serr != 0 {
-		return 0, serr
+		return 0, free, serr
 	}
 	if n == 0 {
-		return 0, io.EOF
+		return 0, free, io.EOF
 	}
-	return n, nil
+	return n, free, nil
 }
 
 // write writes all of b.

@@ -2,7 +2,10 @@
 
 package main
 
-import "io"
+import (
+	"io"
+	"sync"
+)
 
 // relayCopy is io.Copy where there is no splice(2); the forwarder runs on
 // Linux, this keeps the package building elsewhere.
@@ -17,7 +20,17 @@ type userIO struct{ src, dst relayConn }
 
 func newUserIO(dst, src relayConn) (*userIO, error) { return &userIO{src: src, dst: dst}, nil }
 
-func (u *userIO) read(b []byte) (int, error) { return u.src.Read(b) }
+// readInto reads into the free space of *h's buffer, taken from pool
+// when *h is nil, and returns what it read and how much room there was.
+func (u *userIO) readInto(h **helloBuf, pool *sync.Pool) (n, free int, err error) {
+	if *h == nil {
+		*h = pool.Get().(*helloBuf)
+	}
+	b := (*h).b
+	free = cap(b) - len(b)
+	n, err = u.src.Read(b[len(b):cap(b)])
+	return n, free, err
+}
 
 func (u *userIO) write(b []byte) error {
 	_, err := u.dst.Write(b)

@@ -53,10 +53,11 @@ const (
 	// maxRecord is the largest record body a server takes: 2^14 bytes
 	// of plaintext and what encryption adds (2048 at most, RFC 5246).
 	maxRecord = 1<<14 + 2048
-	// recordBuf is the watch's buffer once a handshake record does not
-	// fit in the first one, or a read fills it: an upload then moves in
-	// reads of a record's size, not of helloStart.
-	recordBuf = recordHeader + maxRecord
+	// bigBuf is the watch's buffer once a handshake record does not fit
+	// in a helloStart one, or a read fills one: an upload then moves in
+	// reads of up to watchBudget, not helloStart (on the machines the
+	// forwarder runs on, each wake-up costs more than the bytes).
+	bigBuf = watchBudget
 )
 
 type watchVerdict int
@@ -240,7 +241,8 @@ func (w *watch) judge() watchVerdict {
 
 // watchClient passes on what the client sends after its first
 // ClientHello, which h holds with whatever came after it, looking at it
-// as watch says, then splices the rest.
+// as watch says, then splices the rest. While it holds nothing, its
+// buffer is back in its pool: a quiet client costs none.
 func watchClient(l *listener, dst relayConn, client *net.TCPConn, h *helloBuf, abort func()) {
 	defer func() { h.release() }()
 	u, err := newUserIO(dst, client)
@@ -249,10 +251,13 @@ func watchClient(l *listener, dst relayConn, client *net.TCPConn, h *helloBuf, a
 		return
 	}
 	w := newWatch()
-	b := h.b
-	holding := false // whether b holds part of a record, under a deadline
-	filled := false  // whether the last read filled b
+	holding := false // whether h holds part of a record, under a deadline
+	pool := &helloBufs
 	for {
+		var b []byte
+		if h != nil {
+			b = h.b
+		}
 		n, v := w.scan(b)
 		switch v {
 		case watchRefused:
@@ -301,24 +306,32 @@ func watchClient(l *listener, dst relayConn, client *net.TCPConn, h *helloBuf, a
 			_ = client.SetReadDeadline(time.Time{})
 			holding = false
 		}
-		if (len(b) == cap(b) || filled) && cap(b) < recordBuf {
-			// A handshake record larger than b, held whole, or an
-			// upload.
-			g := recordBufs.Get().(*helloBuf)
+		switch {
+		case len(b) == 0:
+			h.release()
+			h = nil
+		case len(b) == cap(b):
+			// A handshake record larger than b, held whole.
+			g := bigBufs.Get().(*helloBuf)
 			g.b = g.b[:copy(g.b[:len(b)], b)]
 			h.release()
-			h, b = g, g.b
+			h = g
+		default:
+			h.b = b
 		}
-		m, err := u.read(b[len(b):cap(b)])
-		filled = m == cap(b)-len(b)
-		b = b[:len(b)+m]
-		h.b = b
+		m, free, err := u.readInto(&h, pool)
+		if h != nil {
+			h.b = h.b[:len(h.b)+m]
+		}
+		if m == free && m > 0 {
+			pool = &bigBufs // an upload
+		}
 		if err != nil {
 			switch {
 			case err == io.EOF:
 				// What is held goes on as it is, as it would have
 				// without the forwarder: a record cut short.
-				if len(b) > 0 && u.write(b) != nil {
+				if h != nil && len(h.b) > 0 && u.write(h.b) != nil {
 					abort()
 					return
 				}
