@@ -29,6 +29,10 @@ func (u *userIO) readInto(h **helloBuf, pool *sync.Pool) (n, free int, err error
 	b := (*h).b
 	free = cap(b) - len(b)
 	n, err = u.src.Read(b[len(b):cap(b)])
+	if n > 0 {
+		// Bytes first; the error comes again at the next read.
+		err = nil
+	}
 	return n, free, err
 }
 
