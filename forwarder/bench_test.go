@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -124,7 +125,7 @@ func BenchmarkClientHelloPeek(b *testing.B) {
 			b.SetBytes(int64(len(tc.hello)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if judgeHello(tc.hello) != helloPlain {
+				if v, _ := judgeHello(tc.hello); v != helloPlain {
 					b.Fatal("not judged plain")
 				}
 			}
@@ -133,11 +134,96 @@ func BenchmarkClientHelloPeek(b *testing.B) {
 }
 
 func benchRelay(b *testing.B, f forward) {
+	addr := benchForwarder(b, f)
+	hello := browserHello()
+	buf := make([]byte, len(hello))
+	b.SetBytes(int64(len(hello)))
+	defer countSwitches(b)()
+	for b.Loop() {
+		c, err := net.DialTCP("tcp", nil, addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(hello); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+		// A reset leaves no TIME_WAIT behind to run out of ports.
+		_ = c.SetLinger(0)
+		_ = c.Close()
+	}
+}
+
+// BenchmarkRelayBulk is a connection that, after a browser's ClientHello,
+// sends size bytes of TLS application_data records (16 KiB each, as a
+// TLS 1.3 client writes them) and reads them back from an echo behind
+// the relay: the bulk of an upload and a download after the handshake.
+func BenchmarkRelayBulk(b *testing.B) {
+	for _, size := range []int{64 << 10, 4 << 20} {
+		for _, tc := range []struct {
+			name string
+			f    forward
+		}{
+			{"raw", forward{listen: ap("127.0.0.1:0")}},
+			{"tls", forward{listen: ap("127.0.0.1:0"), tls: true}},
+		} {
+			b.Run(fmt.Sprintf("%s/%dKiB", tc.name, size>>10), func(b *testing.B) {
+				addr := benchForwarder(b, tc.f)
+				hello := browserHello()
+				data := appData(size)
+				got := make([]byte, len(hello)+len(data))
+				b.SetBytes(int64(len(hello) + len(data)))
+				defer countSwitches(b)()
+				for b.Loop() {
+					c, err := net.DialTCP("tcp", nil, addr)
+					if err != nil {
+						b.Fatal(err)
+					}
+					werr := make(chan error, 1)
+					go func() {
+						_, err := c.Write(hello)
+						if err == nil {
+							_, err = c.Write(data)
+						}
+						werr <- err
+					}()
+					if _, err := io.ReadFull(c, got); err != nil {
+						b.Fatal(err)
+					}
+					if err := <-werr; err != nil {
+						b.Fatal(err)
+					}
+					_ = c.SetLinger(0)
+					_ = c.Close()
+				}
+			})
+		}
+	}
+}
+
+// appData is size bytes of application_data records of 16 KiB and 17
+// bytes (a TLS 1.3 record's largest ciphertext), the last one shorter.
+func appData(size int) []byte {
+	const frag = 1<<14 + 17
+	out := make([]byte, 0, size)
+	for len(out) < size {
+		n := min(frag, size-len(out)-recordHeader)
+		out = append(out, 0x17, 3, 3, byte(n>>8), byte(n))
+		out = append(out, make([]byte, n)...)
+	}
+	return out
+}
+
+// benchForwarder serves f in front of an echo until the benchmark ends
+// and returns where it listens.
+func benchForwarder(b *testing.B, f forward) *net.TCPAddr {
 	up, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = up.Close() }()
+	b.Cleanup(func() { _ = up.Close() })
 	go func() {
 		for {
 			c, err := up.AcceptTCP()
@@ -158,27 +244,9 @@ func benchRelay(b *testing.B, f forward) {
 		relayAll(ctx, ls)
 		close(done)
 	}()
-	defer func() {
+	b.Cleanup(func() {
 		cancel()
 		<-done
-	}()
-	addr := ls[0].ln.Addr().(*net.TCPAddr)
-	hello := browserHello()
-	buf := make([]byte, len(hello))
-	b.SetBytes(int64(len(hello)))
-	for b.Loop() {
-		c, err := net.DialTCP("tcp", nil, addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Write(hello); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
-		}
-		// A reset leaves no TIME_WAIT behind to run out of ports.
-		_ = c.SetLinger(0)
-		_ = c.Close()
-	}
+	})
+	return ls[0].ln.Addr().(*net.TCPAddr)
 }

@@ -12,11 +12,44 @@ import (
 // inside a ClientHello whose SNI, the only name nginx sees, is the
 // provider's public name. With an allowlisted public name, the agent could
 // reach any site behind that provider. The forwarder refuses such hellos
-// on the pairs that carry TLS; other bytes are passed on unchanged, and
-// nginx judges them as before.
+// on the pairs that carry TLS, the first one before the router is dialled
+// and any later one in the clear (after a HelloRetryRequest) before it is
+// passed on (see watch.go); other bytes are passed on unchanged, and nginx
+// judges them as before.
 
-// extECH is the encrypted_client_hello extension's type.
-const extECH = 0xfe0d
+const (
+	// extECH is the encrypted_client_hello extension's type, in RFC 9849
+	// and in drafts -13 to -25 before it.
+	extECH = 0xfe0d
+	// extECHDraft is the type drafts -07 and -08 gave it; each later
+	// draft up to -12 took the next one (0xfe09 to 0xfe0c). Clients no
+	// longer send them, but a server that still speaks a draft would
+	// decrypt them as it did.
+	extECHDraft = 0xfe08
+	// extESNI is encrypted_server_name, ECH's predecessor (ESNI drafts
+	// -01 to -05), which encrypted the SNI alone.
+	extESNI = 0xffce
+)
+
+// hidesName says whether an extension of type typ asks the server for a
+// name or a hello it cannot be seen in: any of the types above. No
+// client sends the older ones any more, and none of them is assigned to
+// anything else, so refusing them costs nothing.
+func hidesName(typ uint16) bool {
+	return typ >= extECHDraft && typ <= extECH || typ == extESNI
+}
+
+// extName is how a refused extension type is logged.
+func extName(typ uint16) string {
+	switch {
+	case typ == extECH:
+		return "encrypted_client_hello"
+	case typ == extESNI:
+		return "ESNI's encrypted_server_name"
+	default:
+		return "a draft's encrypted_client_hello"
+	}
+}
 
 const (
 	// maxHello bounds the bytes read before the first ClientHello is
@@ -40,36 +73,46 @@ const (
 	helloIncomplete helloVerdict = iota
 	// helloPlain: a whole ClientHello without ECH.
 	helloPlain
-	// helloECH: a ClientHello that carries encrypted_client_hello.
+	// helloECH: a ClientHello that carries encrypted_client_hello, or
+	// another extension hidesName refuses.
 	helloECH
 	// helloOther: not a ClientHello, malformed, or larger than maxHello:
 	// passed on as it is, for nginx to refuse.
 	helloOther
 )
 
-// helloBuf holds the bytes read from a client before its relay starts.
+// helloBuf holds the bytes read from a client before its relay starts,
+// and those the watch holds after that.
 type helloBuf struct{ b []byte }
 
-var helloBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
+var (
+	helloBufs = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, helloStart)} }}
+	bigBufs   = sync.Pool{New: func() any { return &helloBuf{b: make([]byte, 0, bigBuf)} }}
+)
 
 // release gives the buffer back for the next connection; it may be called
-// more than once, and on nil.
+// on nil, and must not be called again on a buffer it has given back.
 func (h *helloBuf) release() {
 	if h == nil || h.b == nil {
 		return
 	}
-	if cap(h.b) == helloStart {
+	switch cap(h.b) {
+	case helloStart:
 		h.b = h.b[:0]
 		helloBufs.Put(h)
-		return
+	case bigBuf:
+		h.b = h.b[:0]
+		bigBufs.Put(h)
+	default:
+		h.b = nil
 	}
-	h.b = nil
 }
 
 // readHello reads what the client sends first until judgeHello can tell
 // what it is, maxHello bytes have come, the client half-closes (what came
-// is passed on) or helloTimeout passes.
-func readHello(c *net.TCPConn) (*helloBuf, helloVerdict) {
+// is passed on) or helloTimeout passes. For helloECH it also returns the
+// extension's type.
+func readHello(c *net.TCPConn) (*helloBuf, helloVerdict, uint16) {
 	h := helloBufs.Get().(*helloBuf)
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
@@ -82,31 +125,32 @@ func readHello(c *net.TCPConn) (*helloBuf, helloVerdict) {
 		}
 		n, err := c.Read(h.b[len(h.b):cap(h.b)])
 		h.b = h.b[:len(h.b)+n]
-		if v := judgeHello(h.b); v != helloIncomplete {
-			return h, v
+		if v, typ := judgeHello(h.b); v != helloIncomplete {
+			return h, v, typ
 		}
 		if len(h.b) == maxHello {
-			return h, helloOther
+			return h, helloOther, 0
 		}
 		if err != nil {
 			if err == io.EOF && len(h.b) > 0 {
 				// A client that half-closed after part of a hello gets
 				// what it would have got without the forwarder looking.
-				return h, helloOther
+				return h, helloOther, 0
 			}
 			// Too slow, or a failed connection.
-			return h, helloIncomplete
+			return h, helloIncomplete, 0
 		}
 	}
 }
 
 // judgeHello says what b, the first bytes of a connection, holds: the
 // first handshake message is taken from its records, which may split it
-// anywhere, and a ClientHello's extensions are walked for ECH.
-func judgeHello(b []byte) helloVerdict {
+// anywhere, and a ClientHello's extensions are walked for ECH. For
+// helloECH it also returns the extension's type.
+func judgeHello(b []byte) (helloVerdict, uint16) {
 	msg, v := firstHandshake(b)
 	if msg == nil {
-		return v
+		return v, 0
 	}
 	return scanClientHello(msg[4:])
 }
@@ -182,59 +226,90 @@ func handshakeLen(b []byte) int {
 	return handshakeHeader + (int(b[1])<<16 | int(b[2])<<8 | int(b[3]))
 }
 
-// scanClientHello walks a ClientHello body to its extensions: version,
-// random, session id, cipher suites, compression methods, then the
-// extensions list, which must fill the rest exactly (servers refuse it
-// otherwise).
-func scanClientHello(p []byte) helloVerdict {
-	const versionAndRandom = 2 + 32
-	if len(p) < versionAndRandom {
-		return helloOther
-	}
-	p = p[versionAndRandom:]
-	var ok bool
-	if p, ok = skipVector(p, 1); !ok { // session id
-		return helloOther
-	}
-	if p, ok = skipVector(p, 2); !ok { // cipher suites
-		return helloOther
-	}
-	if p, ok = skipVector(p, 1); !ok { // compression methods
-		return helloOther
-	}
-	if len(p) == 0 {
-		return helloPlain // no extensions at all
-	}
-	if len(p) < 2 || int(binary.BigEndian.Uint16(p)) != len(p)-2 {
-		return helloOther
-	}
-	for p = p[2:]; len(p) > 0; {
-		if len(p) < 4 {
-			return helloOther
-		}
-		typ, n := binary.BigEndian.Uint16(p), int(binary.BigEndian.Uint16(p[2:]))
-		if typ == extECH {
-			return helloECH
-		}
-		if len(p) < 4+n {
-			return helloOther
-		}
-		p = p[4+n:]
-	}
-	return helloPlain
+// scanClientHello walks a whole ClientHello body (see helloScan).
+func scanClientHello(p []byte) (helloVerdict, uint16) {
+	var s helloScan
+	return s.scan(p, len(p))
 }
 
-// skipVector skips a vector whose length takes lenBytes bytes.
-func skipVector(p []byte, lenBytes int) ([]byte, bool) {
-	if len(p) < lenBytes {
-		return nil, false
+// helloScan walks a ClientHello body to its extensions: version, random,
+// session id, cipher suites, compression methods, then the extensions
+// list, which must fill the rest exactly (servers refuse it otherwise),
+// looking for a type hidesName refuses. The body may come in parts: scan
+// is given what has come so far and the length the message declared, and
+// says helloIncomplete while nothing is found in that (helloPlain once
+// only the last extension's data is missing); the next scan starts at the
+// first extension not yet walked.
+type helloScan struct {
+	// next is where the next extension's header starts, once the fields
+	// before the extensions have been walked; 0 before.
+	next int
+}
+
+// scan walks p, the first bytes of a ClientHello body of total bytes.
+// helloOther means the body cannot be a ClientHello whatever the rest
+// is; helloECH comes with the extension's type.
+func (s *helloScan) scan(p []byte, total int) (helloVerdict, uint16) {
+	off := s.next
+	if off == 0 {
+		const versionAndRandom = 2 + 32
+		off = versionAndRandom
+		// Session id, cipher suites, compression methods.
+		for _, lenBytes := range [...]int{1, 2, 1} {
+			if end := off + lenBytes; end > len(p) || end > total {
+				return short(end, total), 0
+			}
+			n := int(p[off])
+			if lenBytes == 2 {
+				n = int(binary.BigEndian.Uint16(p[off:]))
+			}
+			off += lenBytes + n
+		}
+		if off == total {
+			return helloPlain, 0 // no extensions at all
+		}
+		if end := off + 2; end > len(p) || end > total {
+			return short(end, total), 0
+		}
+		if int(binary.BigEndian.Uint16(p[off:])) != total-off-2 {
+			return helloOther, 0
+		}
+		off += 2
+		s.next = off
 	}
-	n := int(p[0])
-	if lenBytes == 2 {
-		n = int(binary.BigEndian.Uint16(p))
+	for off < total {
+		if total-off < 4 {
+			return helloOther, 0
+		}
+		if off+4 > len(p) {
+			// The header is not all here yet; its type may be.
+			s.next = off
+			if off+2 <= len(p) && hidesName(binary.BigEndian.Uint16(p[off:])) {
+				return helloECH, binary.BigEndian.Uint16(p[off:])
+			}
+			return helloIncomplete, 0
+		}
+		h := p[off : off+4]
+		typ, n := binary.BigEndian.Uint16(h), int(binary.BigEndian.Uint16(h[2:]))
+		if hidesName(typ) {
+			return helloECH, typ
+		}
+		if off+4+n > total {
+			return helloOther, 0
+		}
+		off += 4 + n
 	}
-	if len(p) < lenBytes+n {
-		return nil, false
+	// The last extension's data may still be to come: no more types.
+	s.next = off
+	return helloPlain, 0
+}
+
+// short is what a body of total bytes is when the first end of them are
+// needed but not all are there: helloOther when it is shorter than that,
+// helloIncomplete when they are still to come.
+func short(end, total int) helloVerdict {
+	if end > total {
+		return helloOther
 	}
-	return p[lenBytes+n:], true
+	return helloIncomplete
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -86,8 +87,40 @@ func TestJudgeHello(t *testing.T) {
 		{"a hello body cut short", malformed(plain, func(b []byte) []byte { return b[:20] }), helloOther},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := judgeHello(tc.in); got != tc.want {
+			got, typ := judgeHello(tc.in)
+			if got != tc.want {
 				t.Errorf("judgeHello = %v, want %v", got, tc.want)
+			}
+			if got == helloECH && typ != extECH {
+				t.Errorf("judgeHello found 0x%04x, want 0x%04x", typ, extECH)
+			}
+		})
+	}
+}
+
+// TestJudgeHelloOlderECH: ESNI's type and those ECH drafts -07 to -12
+// gave encrypted_client_hello are refused too; their neighbours are not.
+func TestJudgeHelloOlderECH(t *testing.T) {
+	for _, tc := range []struct {
+		typ  uint16
+		want helloVerdict
+	}{
+		{0xffce, helloECH}, // ESNI drafts
+		{0xfe08, helloECH}, // ECH drafts -07 and -08
+		{0xfe09, helloECH},
+		{0xfe0a, helloECH},
+		{0xfe0b, helloECH},
+		{0xfe0c, helloECH}, // draft -12
+		{0xfe0d, helloECH}, // draft -13 on, RFC 9849
+		{0xfe07, helloPlain},
+		{0xfe0e, helloPlain},
+		{0xffcd, helloPlain},
+		{0xfd00, helloPlain}, // ech_outer_extensions: only ever inside the encrypted hello
+	} {
+		t.Run(fmt.Sprintf("0x%04x", tc.typ), func(t *testing.T) {
+			v, typ := judgeHello(browserHello(ext{tc.typ, []byte("nonce")}))
+			if v != tc.want || v == helloECH && typ != tc.typ {
+				t.Errorf("judgeHello = %v, 0x%04x; want %v", v, typ, tc.want)
 			}
 		})
 	}
@@ -147,6 +180,24 @@ func TestRelayRefusesECH(t *testing.T) {
 			closedWithin(t, c, 5*time.Second, "a client that sent ECH")
 			noAccept(t, up)
 			log.waitFor(t, "forwarder: refused a TLS ClientHello with encrypted_client_hello (0xfe0d) on "+addrs[0]+"\n", 5*time.Second)
+		})
+	}
+}
+
+// TestRelayRefusesOlderECH: ESNI and the ECH drafts' types in a first
+// hello are refused before the upstream is dialled.
+func TestRelayRefusesOlderECH(t *testing.T) {
+	up := quietUpstream(t)
+	addrs, log := startRelays(t, forward{listen: ap("127.0.0.1:0"), target: addrOf(up), tls: true})
+	for _, typ := range []uint16{extESNI, 0xfe08, 0xfe0c} {
+		t.Run(fmt.Sprintf("0x%04x", typ), func(t *testing.T) {
+			c := dial(t, addrs[0])
+			if _, err := c.Write(browserHello(ext{typ, []byte("nonce")})); err != nil {
+				t.Fatal(err)
+			}
+			closedWithin(t, c, 5*time.Second, "a client that sent ESNI or a draft's ECH")
+			noAccept(t, up)
+			log.waitFor(t, fmt.Sprintf("forwarder: refused a TLS ClientHello with %s (0x%04x) on %s\n", extName(typ), typ, addrs[0]), 5*time.Second)
 		})
 	}
 }

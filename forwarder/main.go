@@ -295,22 +295,28 @@ func acceptLoop(l *listener, wg *sync.WaitGroup) {
 
 // relay connects client to l's target and copies both ways until both
 // are done, or l.ctx ends. On a TLS pair the client's ClientHello is read
-// first: one that asks for ECH is refused before anything is dialled.
+// first: one that asks for ECH is refused before anything is dialled; what
+// the client sends after one that passes is watched for a later
+// ClientHello (see watchClient) before it is spliced.
 func relay(l *listener, client *net.TCPConn) {
 	ctx := l.ctx
 	var hello *helloBuf
+	watching := false // a ClientHello passed: watch what follows it
 	if l.tls {
 		// Ending ctx while the client is still sending closes it.
 		stop := context.AfterFunc(ctx, func() { _ = client.Close() })
 		var v helloVerdict
-		hello, v = readHello(client)
+		var typ uint16
+		hello, v, typ = readHello(client)
 		defer func() { hello.release() }()
 		if !stop() {
 			return
 		}
 		switch v {
+		case helloPlain:
+			watching = true
 		case helloECH:
-			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with encrypted_client_hello (0x%04x) on %s\n", extECH, l.ln.Addr())
+			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with %s (0x%04x) on %s\n", extName(typ), typ, l.ln.Addr())
 			_ = client.SetLinger(0)
 			_ = client.Close()
 			return
@@ -342,16 +348,25 @@ func relay(l *listener, client *net.TCPConn) {
 		_ = upstream.Close()
 	}
 	defer context.AfterFunc(ctx, closeBoth)()
-	if hello != nil && len(hello.b) > 0 {
+	var wg sync.WaitGroup
+	switch {
+	case watching:
+		// The hello and what came after it are passed on by the watch,
+		// which owns them from here.
+		h := hello
+		hello = nil
+		wg.Go(func() { watchClient(l, upstream, client, h, closeBoth) })
+	case hello != nil && len(hello.b) > 0:
 		if _, err := upstream.Write(hello.b); err != nil {
 			closeBoth()
 			return
 		}
 		hello.release()
 		hello = nil
+		fallthrough
+	default:
+		wg.Go(func() { pipe(upstream, client, closeBoth) })
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { pipe(upstream, client, closeBoth) })
 	wg.Go(func() { pipe(client, upstream, closeBoth) })
 	wg.Wait()
 	closeBoth()

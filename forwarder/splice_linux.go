@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // Why not io.Copy, which splices too: the net package makes each splice
@@ -130,6 +132,92 @@ func relayCopy(dst, src relayConn) error {
 		}
 		if serr != 0 {
 			return serr
+		}
+	}
+}
+
+// userIO moves bytes from src to dst through user space, where the watch
+// looks at them, with raw non-blocking reads and writes that wait in the
+// netpoller, as the splices do, not in a syscall.
+type userIO struct{ src, dst syscall.RawConn }
+
+func newUserIO(dst, src relayConn) (*userIO, error) {
+	rs, err := src.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	ws, err := dst.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &userIO{src: rs, dst: ws}, nil
+}
+
+// readInto reads into the free space of *h's buffer. When *h is nil, it
+// takes one from pool once there are bytes to read, and gives it back
+// while there are none, so a relay waiting for its client holds no
+// buffer. It returns what it read and how much room there was: io.EOF
+// at the end.
+func (u *userIO) readInto(h **helloBuf, pool *sync.Pool) (n, free int, err error) {
+	var serr syscall.Errno
+	if err := u.src.Read(func(fd uintptr) bool {
+		fresh := *h == nil
+		if fresh {
+			*h = pool.Get().(*helloBuf)
+		}
+		b := (*h).b
+		free = cap(b) - len(b)
+		n, serr = rawIO(syscall.SYS_READ, int(fd), b[len(b):cap(b)])
+		if serr == syscall.EAGAIN {
+			if fresh {
+				(*h).release()
+				*h = nil
+			}
+			return false
+		}
+		return true
+	}); err != nil {
+		return 0, free, err
+	}
+	if serr != 0 {
+		return 0, free, serr
+	}
+	if n == 0 {
+		return 0, free, io.EOF
+	}
+	return n, free, nil
+}
+
+// write writes all of b.
+func (u *userIO) write(b []byte) error {
+	var serr syscall.Errno
+	if err := u.dst.Write(func(fd uintptr) bool {
+		for len(b) > 0 {
+			n, e := rawIO(syscall.SYS_WRITE, int(fd), b)
+			if e == syscall.EAGAIN {
+				return false
+			}
+			if e != 0 {
+				serr = e
+				return true
+			}
+			b = b[n:]
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	if serr != 0 {
+		return serr
+	}
+	return nil
+}
+
+func rawIO(trap uintptr, fd int, b []byte) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		if e != syscall.EINTR {
+			return int(r), e
 		}
 	}
 }
