@@ -76,6 +76,7 @@ directory, until you interrupt it.`,
 	})
 	root.AddCommand(newBuildCommand(ctx, code))
 	addUserCommands(root, ctx, code)
+	root.AddCommand(newSecretCommand(code))
 	return root
 }
 
