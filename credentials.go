@@ -325,6 +325,27 @@ func readUpstreamCA(path string) ([]byte, error) {
 	return b, nil
 }
 
+// credentialsFor resolves what a session injects and writes the router's
+// credential dir for it under runtimeDir; it warns about --env names that
+// hand the agent a key. remove undoes it.
+func credentialsFor(passed map[string]string, runtimeDir, session string) (sessionCredentials, error) {
+	s, warnings, err := sessionCredentialsFor(passed)
+	for _, w := range warnings {
+		warn("%s", w)
+	}
+	if err != nil {
+		return s, err
+	}
+	s.dir, err = writeCredentialDir(runtimeDir, session, s)
+	return s, err
+}
+
+func (s sessionCredentials) remove() {
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
 // sessionCredentialsFor resolves what a session injects, before anything
 // is created; the warnings are for --env names that hand the agent a key.
 func sessionCredentialsFor(passed map[string]string) (sessionCredentials, []string, error) {

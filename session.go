@@ -92,6 +92,8 @@ type sessionConfig struct {
 	// digests of the files in it that the host would run.
 	tree   launchTree
 	stamps fileStamps
+	// cred is what the router adds credentials for (credentials.go).
+	cred sessionCredentials
 }
 
 func (c sessionConfig) egressNetwork() string {
@@ -187,6 +189,11 @@ func launch(ctx context.Context, args []string) int {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	cfg.tmp = tmp
+	if cfg.cred, err = credentialsFor(la.env, runtimeDir, cfg.name); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	defer cfg.cred.remove()
 
 	trace := newTracer()
 	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
@@ -423,8 +430,10 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 			// common complaint about allowlist sandboxes.
 			// Against the list in force at the end: a host allowed
 			// meanwhile needs no advice.
-			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), files.entries())
+			routerLog := eng.ContainerLogs(tctx, names.router, 0)
+			hosts, unprintable := blockedHosts(routerLog, files.entries())
 			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
+			fmt.Fprint(os.Stderr, credentialSummary(routerLog, cfg.cred.creds, files.entries()))
 			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, leftForHost(cfg)))
 		}
 		// The pod and the router are independent; the network goes last
@@ -474,6 +483,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		return exitRefused
 	}
 	files = newRouterFiles(cfg.tmp, routerIP.String())
+	files.creds = cfg.cred.plan()
 	if err := files.apply(cfg.entries); err != nil {
 		warn("%v", err)
 		return exitRefused
@@ -623,6 +633,10 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}}}
+	if cfg.cred.dir != "" {
+		// The credentials: the router's alone ("Z").
+		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: cfg.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
+	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": cfg.upstreamAllow, "READY_ADDR": routerIP.String(), "HOST_ADDRS": hostAddrs()}
 	return r
 }
@@ -690,6 +704,12 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 		c.Env[k] = v
 	}
 	c.Env["DISABLE_AUTOUPDATER"] = "1"
+	// No telemetry, error reports or feature flags: hosts that take data
+	// under anyone's credentials.
+	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+	for k, v := range agentCredentialEnv(cfg.cred.creds) {
+		c.Env[k] = v
+	}
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
 	c.Command = cfg.cmd
 	return c
