@@ -44,8 +44,11 @@ type apiProvider struct {
 // credKind is one kind of credential for a provider, in the order a
 // provider's kinds are looked for.
 type credKind struct {
-	secret   string // its name for `agent-sandbox secret`
-	env      string // the variable that holds it, on the host and for the agent
+	secret string // its name for `agent-sandbox secret`
+	env    string // the launcher's variable that holds it
+	// agentEnv is the agent's variable for the placeholder: env, but for
+	// an Anthropic API key (see credKinds).
+	agentEnv string
 	provider *apiProvider
 	header   string // the header the router sets
 	bearer   bool   // the header's value is "Bearer " and the credential
@@ -68,7 +71,15 @@ var (
 	// credKinds: Claude Code itself prefers an API key to an OAuth token;
 	// so does the launcher.
 	credKinds = []*credKind{
-		{secret: "anthropic", env: "ANTHROPIC_API_KEY", provider: anthropicAPI, header: "x-api-key",
+		// The agent holds ANTHROPIC_AUTH_TOKEN, not ANTHROPIC_API_KEY:
+		// with an API key it has not yet been asked to approve, Claude
+		// Code's first interactive start checks that it reaches the
+		// hard-wired https://api.anthropic.com (which the router closes
+		// for a host with a credential) and exits when it does not, then
+		// asks whether to use the key. With an auth token it does neither.
+		// It sends the token as Authorization: Bearer, which the router
+		// removes before it sets x-api-key.
+		{secret: "anthropic", env: "ANTHROPIC_API_KEY", agentEnv: "ANTHROPIC_AUTH_TOKEN", provider: anthropicAPI, header: "x-api-key",
 			placeholder: "sk-ant-api03-agent-sandbox-placeholder"},
 		// Claude Code sends Authorization: Bearer and adds the oauth
 		// anthropic-beta value itself when it holds CLAUDE_CODE_OAUTH_TOKEN,
@@ -81,6 +92,14 @@ var (
 			placeholder: "agent-sandbox-placeholder"},
 	}
 )
+
+// agentVar is the variable the agent holds k's placeholder in.
+func (k *credKind) agentVar() string {
+	if k.agentEnv != "" {
+		return k.agentEnv
+	}
+	return k.env
+}
 
 func credKindBySecret(name string) *credKind {
 	for _, k := range credKinds {
@@ -188,7 +207,7 @@ func agentCredentialEnv(creds []credential) map[string]string {
 	for _, c := range creds {
 		p := c.kind.provider
 		env[p.baseURLEnv] = "http://127.0.0.1:" + strconv.Itoa(p.port) + p.basePath
-		env[c.kind.env] = c.kind.placeholder
+		env[c.kind.agentVar()] = c.kind.placeholder
 	}
 	return env
 }
@@ -255,6 +274,12 @@ func resolveCredentials(getenv func(string) (string, bool), passed map[string]st
 			if _, ok := passed[k.env]; ok {
 				handed = true
 				warnings = append(warnings, fmt.Sprintf("%s goes into the sandbox (--env): the agent can read it and use it from any host it can reach; without --env the router adds it for %s and the agent gets a placeholder", k.env, hosts[p]))
+			}
+		}
+		// The user routes or authenticates this API themselves.
+		for _, k := range kinds {
+			if _, ok := passed[k.agentVar()]; ok {
+				handed = true
 			}
 		}
 		if _, ok := passed[p.baseURLEnv]; ok {

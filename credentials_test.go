@@ -86,6 +86,11 @@ func TestResolveCredentials(t *testing.T) {
 			passed: []string{"ANTHROPIC_BASE_URL"},
 		},
 		{
+			name:   "--env of an auth token: the user authenticates that API",
+			env:    map[string]string{"ANTHROPIC_API_KEY": "ka", "ANTHROPIC_AUTH_TOKEN": "gw"},
+			passed: []string{"ANTHROPIC_AUTH_TOKEN"},
+		},
+		{
 			name: "an empty variable is no credential",
 			env:  map[string]string{"ANTHROPIC_API_KEY": "", "GEMINI_API_KEY": "  kg \n"},
 			want: []string{"gemini=kg@generativelanguage.googleapis.com (GEMINI_API_KEY from your environment)"},
@@ -266,7 +271,8 @@ func TestSessionInjectsCredentials(t *testing.T) {
 	agent := eng.containers[testSession+"-claude"]
 	for k, want := range map[string]string{
 		"ANTHROPIC_BASE_URL":                       "http://127.0.0.1:81",
-		"ANTHROPIC_API_KEY":                        "sk-ant-api03-agent-sandbox-placeholder",
+		"ANTHROPIC_AUTH_TOKEN":                     "sk-ant-api03-agent-sandbox-placeholder",
+		"ANTHROPIC_API_KEY":                        "",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 	} {
 		if agent.Env[k] != want {

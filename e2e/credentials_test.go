@@ -208,7 +208,7 @@ func rowClaudeThroughProxy(t *testing.T, ev *evidence) {
 			Dir:       credDir(t),
 			Allowlist: credAllowlist,
 			Env:       credEnv(map[string]string{v.env: v.value}),
-			Cmd: []string{"sh", "-c", `echo "base=$ANTHROPIC_BASE_URL key=$ANTHROPIC_API_KEY token=$CLAUDE_CODE_OAUTH_TOKEN nonessential=$CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
+			Cmd: []string{"sh", "-c", `echo "base=$ANTHROPIC_BASE_URL key=$ANTHROPIC_API_KEY auth=$ANTHROPIC_AUTH_TOKEN token=$CLAUDE_CODE_OAUTH_TOKEN nonessential=$CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
 timeout 120 claude -p 'Say hello.'`},
 			Timeout: 3 * time.Minute,
 		})
@@ -216,9 +216,11 @@ timeout 120 claude -p 'Say hello.'`},
 		if !strings.Contains(r.Stdout, "Hello from the fake Messages API.") {
 			t.Errorf("%s: claude -p did not print the fake's answer:\n%s", v.name, indent(r.Stdout))
 		}
-		placeholder := "key= token=" + placeholderToken
+		// An API key's placeholder is an auth token (credentials.go says
+		// why); an OAuth token's is one.
+		placeholder := "key= auth= token=" + placeholderToken
 		if v.env == "ANTHROPIC_API_KEY" {
-			placeholder = "key=" + placeholderKey + " token="
+			placeholder = "key= auth=" + placeholderKey + " token="
 		}
 		if want := "base=http://127.0.0.1:81 " + placeholder + " nonessential=1"; !strings.Contains(r.Stdout, want) {
 			t.Errorf("%s: the agent's environment is not %q:\n%s", v.name, want, indent(r.Stdout))
@@ -247,7 +249,7 @@ timeout 120 claude -p 'Say hello.'`},
 func rowKeyOutOfReach(t *testing.T, ev *evidence) {
 	key := "sk-ant-api03-" + newNonce(t)
 	look := "python3 -S ./cred.py look " + halves(key)
-	script := `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "x-api-key: $ANTHROPIC_API_KEY" | head -1
+	script := `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "authorization: Bearer $ANTHROPIC_AUTH_TOKEN" | head -1
 ` + look + `
 touch ./ready
 i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
@@ -418,7 +420,7 @@ func rowStoredSecret(t *testing.T, ev *evidence) {
 
 	mark := markFakeLog()
 	res, r := probeSession(t, sessionOpts{Dir: credDir(t), Allowlist: credAllowlist, Env: credEnv(map[string]string{"XDG_CONFIG_HOME": xdg})},
-		probe{"post", `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "x-api-key: $ANTHROPIC_API_KEY"`})
+		probe{"post", `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "authorization: Bearer $ANTHROPIC_AUTH_TOKEN"`})
 	wantOK(t, res, "post", "status=200")
 	wantOnlyHeader(t, mark, `x-api-key="`+key+`"`)
 	if !strings.Contains(r.Stderr, credHost+"  the stored secret anthropic, 1 request") {
