@@ -3,14 +3,17 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // TestCredentials is issue 14: the user's API key never enters the
@@ -43,6 +46,7 @@ var credRows = []struct {
 	{23, "a request the agent sends with its own key arrives with the user's instead, to the loopback port and to the router directly; SSE passes unbuffered", rowAgentKeyReplaced},
 	{24, "a direct TLS connection to the API host by SNI is closed while it has a credential; without one it passes as before", rowDirectTLSClosed},
 	{25, "a key stored with `agent-sandbox secret set` is injected; a stored file mode 0644 refuses the session with chmod 600", rowStoredSecret},
+	{26, "interactive claude in a terminal starts with no login screen and no question about the key, and answers a typed prompt through the router", rowInteractiveClaude},
 }
 
 // credHost is the API host the rows inject for: the fake answers it.
@@ -241,7 +245,7 @@ timeout 120 claude -p 'Say hello.'`},
 			t.Errorf("LEAK: %s: the launcher printed the credential", v.name)
 		}
 		if !t.Failed() {
-			ev.add("%s: claude -p printed the fake's streamed answer; %d requests arrived with %s, none with a placeholder; summary names %s", v.name, n, strings.Join(v.want, " "), credHost)
+			ev.add("%s: claude -p printed the fake's streamed answer; every request that arrived (%d) had %s, none a placeholder; summary names %s", v.name, n, strings.Join(v.want, " "), credHost)
 		}
 	}
 }
@@ -456,4 +460,124 @@ func writeAllowlist(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// screen collects what a terminal shows, with escape sequences and all
+// white space removed: Claude Code's interface moves the cursor between
+// words instead of printing spaces.
+type screen struct {
+	mu  sync.Mutex
+	raw bytes.Buffer
+}
+
+var escapes = regexp.MustCompile(`\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>78])`)
+
+func (s *screen) read(f *os.File) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		s.mu.Lock()
+		s.raw.Write(buf[:n])
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *screen) text() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := escapes.ReplaceAllString(s.raw.String(), "")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == 0 {
+			return -1
+		}
+		return r
+	}, t)
+}
+
+// waitFor waits until the screen shows want (without white space).
+func (s *screen) waitFor(want string, timeout time.Duration) bool {
+	want = strings.Join(strings.Fields(want), "")
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if strings.Contains(s.text(), want) {
+			return true
+		}
+	}
+	return false
+}
+
+// notOnScreen are what Claude Code shows when it wants a login or has no
+// way to the API.
+var notOnScreen = []string{"Select login method", "Unable to connect to Anthropic services", "Detected a custom API key", "Do you want to use this API key", "Invalid API key", "Please run /login"}
+
+func rowInteractiveClaude(t *testing.T, ev *evidence) {
+	key := "sk-ant-api03-" + newNonce(t)
+	home := homeVolume(t)
+	dir := credDir(t)
+	env := credEnv(map[string]string{"ANTHROPIC_API_KEY": key, "AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, credAllowlist)})
+	interactive := func(what string, fn func(scr *screen, master *os.File)) *launcher {
+		master, slave := openPTY(t)
+		setSize(t, master, 40, 120)
+		scr := &screen{}
+		go scr.read(master)
+		l := startLauncher(t, relOpts{Dir: dir, HomeVolume: home, PTY: slave, Env: env, Cmd: []string{"claude"}, Timeout: 3 * time.Minute})
+		fn(scr, master)
+		if !l.done() {
+			// Ctrl-C twice is how one leaves Claude Code.
+			_, _ = master.WriteString("\x03")
+			time.Sleep(300 * time.Millisecond)
+			_, _ = master.WriteString("\x03")
+		}
+		l.wait()
+		got := scr.text()
+		for _, bad := range notOnScreen {
+			if strings.Contains(got, strings.Join(strings.Fields(bad), "")) {
+				t.Errorf("%s: claude showed %q", what, bad)
+			}
+		}
+		if strings.Contains(got, key) {
+			t.Errorf("LEAK: %s: the key was on the agent's terminal", what)
+		}
+		if t.Failed() {
+			t.Logf("%s: the screen, without escapes and spaces:\n%s", what, got)
+		}
+		return l
+	}
+
+	// A new home: its first screen is the first-run setup's theme picker,
+	// not a login, a failed connectivity check or a question about the key.
+	interactive("first start", func(scr *screen, _ *os.File) {
+		if !scr.waitFor("Choose the text style", 90*time.Second) {
+			t.Errorf("first start: claude never showed its theme picker")
+		}
+		time.Sleep(2 * time.Second) // anything it would show next
+	})
+
+	// With that setup done and the launch dir trusted (as after a first
+	// start), claude starts into its prompt and answers a typed message
+	// through the router.
+	seed := fmt.Sprintf(`{"hasCompletedOnboarding":true,"theme":"dark","projects":{%q:{"hasTrustDialogAccepted":true}}}`, dir)
+	r := runSession(t, sessionOpts{Dir: dir, HomeVolume: home, Cmd: []string{"sh", "-c", "printf '%s' '" + seed + "' > ~/.claude.json"}})
+	wantCode(t, r, 0)
+	mark := markFakeLog()
+	prompted, answered := false, false
+	interactive("prompt", func(scr *screen, master *os.File) {
+		// The prompt's status line.
+		if prompted = scr.waitFor("shift+tab to cycle", 90*time.Second); !prompted {
+			t.Errorf("claude never showed its prompt")
+			return
+		}
+		_, _ = master.WriteString("Say hello.")
+		time.Sleep(500 * time.Millisecond)
+		_, _ = master.WriteString("\r")
+		if answered = scr.waitFor("Hello from the fake Messages API.", 90*time.Second); !answered {
+			t.Errorf("claude never showed the fake's answer")
+		}
+	})
+	n := wantOnlyHeader(t, mark, `x-api-key="`+key+`"`, `authorization=""`)
+	if !t.Failed() {
+		ev.add("first start in a new home: the theme picker, none of %q; after setup: the prompt, a typed message answered by the fake (requests with the user's key: %d)", notOnScreen, n)
+	}
 }
