@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // secretCmd runs `agent-sandbox secret ARGS...` through the real command
@@ -195,5 +201,84 @@ func TestReadSecretRefusesOpenModes(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(dir, "gemini"), 0o700))
 	if _, err := readSecret(dir, "gemini"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a dir as a secret: %v", err)
+	}
+}
+
+// openTestPTY opens a pseudo-terminal pair.
+func openTestPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Fatalf("unlock pty: %v", e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatalf("pty number: %v", e)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open pty slave: %v", err)
+	}
+	t.Cleanup(func() { s.Close(); m.Close() })
+	return m, s
+}
+
+// On a terminal the secret is read without echo, after a prompt.
+func TestSecretInputTerminalDoesNotEcho(t *testing.T) {
+	master, slave := openTestPTY(t)
+	var prompt bytes.Buffer
+	got := make(chan string, 1)
+	go func() {
+		v, err := secretInput(slave, &prompt, credKindBySecret("anthropic"))
+		if err != nil {
+			v = "error: " + err.Error()
+		}
+		got <- v
+	}()
+	// Wait until echo is off before typing, as a person would after the prompt.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+		if err == nil && tio.Lflag&unix.ECHO == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("echo never went off")
+		}
+	}
+	if _, err := master.WriteString("sk-ant-api03-typed\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-got:
+		if v != "sk-ant-api03-typed" {
+			t.Fatalf("read %q", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("secretInput never returned")
+	}
+	if !strings.Contains(prompt.String(), "paste the API key for api.anthropic.com (ANTHROPIC_API_KEY; it is not shown)") {
+		t.Errorf("prompt = %q", prompt.String())
+	}
+	// Whatever the terminal shows now is all it echoed: the newline of
+	// the prompt's line at most.
+	var shown []byte
+	for {
+		fds := []unix.PollFd{{Fd: int32(master.Fd()), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 200); err != nil || n == 0 {
+			break
+		}
+		buf := make([]byte, 4096)
+		n, err := unix.Read(int(master.Fd()), buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		shown = append(shown, buf[:n]...)
+	}
+	if strings.Contains(string(shown), "typed") {
+		t.Errorf("the terminal echoed the secret: %q", shown)
 	}
 }
