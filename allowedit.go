@@ -63,7 +63,7 @@ func newDenyCommand(code *int) *cobra.Command {
 of the file stays as it is. Entries are compared after normalisation, so
 Example.COM. and example.com:443 both remove example.com. A wildcard is only
 removed by naming the wildcard itself.`,
-		Example: `  agent-sandbox deny sentry.io
+		Example: `  agent-sandbox deny crates.io
   agent-sandbox deny github.com:22 '*.example.com'`,
 		Args: cobra.ArbitraryArgs,
 		Run: func(cmd *cobra.Command, args []string) {

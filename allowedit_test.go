@@ -239,11 +239,11 @@ func TestDenyLines(t *testing.T) {
 
 func TestDenyThenAllowRoundTrips(t *testing.T) {
 	in := []byte(defaultAllowlist)
-	out, _ := denyLines(in, mustEntries(t, "sentry.io"))
-	if bytes.Contains(out, []byte("sentry.io")) || len(in)-len(out) != len("sentry.io                    # error reports\n") {
-		t.Fatalf("deny removed more or less than the sentry.io line")
+	out, _ := denyLines(in, mustEntries(t, "crates.io"))
+	if bytes.Contains(out, []byte("\ncrates.io ")) || len(in)-len(out) != len("crates.io                    # Rust crates index API\n") {
+		t.Fatalf("deny removed more or less than the crates.io line")
 	}
-	out, _ = allowLines(out, mustEntries(t, "sentry.io"), testDate)
+	out, _ = allowLines(out, mustEntries(t, "crates.io"), testDate)
 	a, err1 := parseAllowlistFrom(bytes.NewReader(in), "in")
 	b, err2 := parseAllowlistFrom(bytes.NewReader(out), "out")
 	if err1 != nil || err2 != nil || len(a) != len(b) {
@@ -402,7 +402,7 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 		!strings.Contains(string(seeded), "# added by agent-sandbox allow on "+time.Now().Format(time.DateOnly)) {
 		t.Fatalf("allowlist = %q, %v", seeded, err)
 	}
-	if code, _ := runUserCommand(t, "deny", "sentry.io", "extra.example.com"); code != 0 {
+	if code, _ := runUserCommand(t, "deny", "crates.io", "extra.example.com"); code != 0 {
 		t.Fatalf("deny exit %d", code)
 	}
 	code, out := runUserCommand(t, "hosts")
@@ -412,7 +412,7 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 	want, _ := parseAllowlistFrom(bytes.NewReader(seeded), "seeded")
 	var lines []string
 	for _, e := range want {
-		if e.Host != "sentry.io" && e.Host != "extra.example.com" {
+		if e.Host != "crates.io" && e.Host != "extra.example.com" {
 			lines = append(lines, e.String())
 		}
 	}

@@ -26,13 +26,15 @@ func newRootCommand(ctx context.Context, code *int) *cobra.Command {
 podman sandbox. The current directory is mounted at the same path; the only
 way out is a per-session router that answers and forwards the hosts named in
 the allowlist. Nothing of your environment is passed in unless you name it
-with --env, before --exec or claude's own arguments. Each project directory
+with --env, before --exec or claude's own arguments; API keys in your
+environment or stored with "agent-sandbox secret" are added by the router
+instead, and the agent gets placeholders. Each project directory
 has a home volume of its own at /home/claude; --home VOLUME (or
 AGENT_SANDBOX_HOME_VOLUME) names one to share instead.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
-  agent-sandbox --env ANTHROPIC_API_KEY   # pass one host variable in
+  agent-sandbox --env GITHUB_TOKEN   # pass one host variable in
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.
@@ -76,6 +78,7 @@ directory, until you interrupt it.`,
 	})
 	root.AddCommand(newBuildCommand(ctx, code))
 	addUserCommands(root, ctx, code)
+	root.AddCommand(newSecretCommand(code))
 	return root
 }
 

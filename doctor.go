@@ -43,6 +43,8 @@ type doctorEnv struct {
 	userName  string
 	images    func() (string, string)
 	allowlist func() string
+	// credentials finds what sessions would inject; nil skips the check.
+	credentials func() ([]credential, error)
 }
 
 func realDoctorEnv() doctorEnv {
@@ -62,6 +64,10 @@ func realDoctorEnv() doctorEnv {
 		userName:  name,
 		images:    imageNames,
 		allowlist: allowlistPath,
+		credentials: func() ([]credential, error) {
+			s, _, err := sessionCredentialsFor(nil)
+			return s.creds, err
+		},
 	}
 }
 
@@ -132,7 +138,8 @@ func newDoctorCommand(ctx context.Context, code *int) *cobra.Command {
 		Short: "Check that this machine can run sessions",
 		Long: `doctor checks what a session needs: podman (version, rootless, the netavark
 network backend), subordinate uids and gids, /dev/fuse and /dev/net/tun,
-XDG_RUNTIME_DIR, the two images and the allowlist. It prints each problem
+XDG_RUNTIME_DIR, the two images, the allowlist and the API credentials the
+router would add. It prints each problem
 with the command that fixes it, and exits 0 only when every check passed.`,
 		Example: `  agent-sandbox doctor
   agent-sandbox doctor && agent-sandbox --exec true`,
@@ -179,6 +186,9 @@ func doctor(ctx context.Context, env doctorEnv, out io.Writer) int {
 		}
 	}
 	report(checkAllowlist(env))
+	if env.credentials != nil {
+		report(checkCredentials(env))
+	}
 
 	failures := 0
 	for _, r := range results {
@@ -418,4 +428,27 @@ func checkAllowlist(env doctorEnv) checkResult {
 func isDefaultImage(image string) bool {
 	img, router := defaultImageNames()
 	return image == img || image == router
+}
+
+// checkCredentials says which API hosts sessions would add the user's
+// credentials for, and from where; a stored secret that sessions would
+// refuse fails it.
+func checkCredentials(env doctorEnv) checkResult {
+	const what = "credentials"
+	creds, err := env.credentials()
+	if err != nil {
+		problem, fix, ok := strings.Cut(err.Error(), "; fix: ")
+		if !ok {
+			fix = "agent-sandbox secret --help"
+		}
+		return checkFailed(what, problem, fix)
+	}
+	if len(creds) == 0 {
+		return checkPassed(what, "none on the host, so the router adds none (the agent logs in itself)")
+	}
+	var parts []string
+	for _, c := range creds {
+		parts = append(parts, c.host+" gets "+c.source)
+	}
+	return checkPassed(what, "the router adds them, the agent holds placeholders: "+strings.Join(parts, "; "))
 }

@@ -448,3 +448,25 @@ func TestDoctorPassesMissingImagesOfItsOwn(t *testing.T) {
 		t.Errorf("the report does not say the first session builds the image:\n%s", out)
 	}
 }
+
+func TestDoctorCredentials(t *testing.T) {
+	m := healthyMachine()
+	env := m.doctorEnv()
+	var out bytes.Buffer
+	env.credentials = func() ([]credential, error) {
+		return []credential{{kind: credKindBySecret("anthropic"), host: "api.anthropic.com", value: "sk-secret", source: "ANTHROPIC_API_KEY from your environment"}}, nil
+	}
+	if code := doctor(context.Background(), env, &out); code != 0 ||
+		!strings.HasSuffix(out.String(), "ok   credentials: the router adds them, the agent holds placeholders: api.anthropic.com gets ANTHROPIC_API_KEY from your environment\n") ||
+		strings.Contains(out.String(), "sk-secret") {
+		t.Errorf("exit %d, output:\n%s", code, out.String())
+	}
+	out.Reset()
+	env.credentials = func() ([]credential, error) {
+		return nil, errors.New("/c/secrets/gemini is open to other users (mode 0644); fix: chmod 600 /c/secrets/gemini")
+	}
+	if code := doctor(context.Background(), env, &out); code != exitRefused ||
+		!strings.HasSuffix(out.String(), "FAIL credentials: /c/secrets/gemini is open to other users (mode 0644)\n     fix: chmod 600 /c/secrets/gemini\n") {
+		t.Errorf("exit %d, output:\n%s", code, out.String())
+	}
+}

@@ -112,9 +112,10 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 	return removed, nil
 }
 
-// sessionDir matches the temp dirs a session makes: NAME.RANDOM and
-// NAME-api.RANDOM, where NAME is agent-sandbox-UNIXTIME-PID.
-var sessionDir = regexp.MustCompile(`^agent-sandbox-(\d+)-(\d+)(-api)?\.[^/]+$`)
+// sessionDir matches the temp dirs a session makes: NAME.RANDOM,
+// NAME-api.RANDOM and NAME-cred.RANDOM, where NAME is
+// agent-sandbox-UNIXTIME-PID.
+var sessionDir = regexp.MustCompile(`^agent-sandbox-(\d+)-(\d+)(-api|-cred)?\.[^/]+$`)
 
 func removeStaleDirs(runtimeDir string) []string {
 	if runtimeDir == "" {

@@ -87,7 +87,8 @@ func TestCollectGarbage(t *testing.T) {
 	for _, d := range []string{
 		"agent-sandbox-1-" + deadPid + ".abc",
 		"agent-sandbox-1-" + deadPid + "-api.def",
-		live + ".x", live + "-api.y",
+		"agent-sandbox-1-" + deadPid + "-cred.ghi",
+		live + ".x", live + "-api.y", live + "-cred.w",
 		reused + ".z",
 		"unrelated-dir",
 	} {
@@ -108,12 +109,12 @@ func TestCollectGarbage(t *testing.T) {
 	if !slices.Equal(eng.calls, wantCalls) {
 		t.Fatalf("calls = %v, want %v", eng.calls, wantCalls)
 	}
-	for _, want := range []string{"dir agent-sandbox-1-" + deadPid + ".abc", "dir agent-sandbox-1-" + deadPid + "-api.def", "dir " + reused + ".z"} {
+	for _, want := range []string{"dir agent-sandbox-1-" + deadPid + ".abc", "dir agent-sandbox-1-" + deadPid + "-api.def", "dir agent-sandbox-1-" + deadPid + "-cred.ghi", "dir " + reused + ".z"} {
 		if !slices.Contains(removed, want) {
 			t.Errorf("removed = %v, lacks %q", removed, want)
 		}
 	}
-	for _, d := range []string{live + ".x", live + "-api.y"} {
+	for _, d := range []string{live + ".x", live + "-api.y", live + "-cred.w"} {
 		if _, err := os.Stat(filepath.Join(runtimeDir, d)); err != nil {
 			t.Errorf("the live launcher's dir %s was removed", d)
 		}

@@ -81,6 +81,7 @@ func TestSpecsPassNoProxyVariablesAndProtectTheRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.tree = tree
+	cfg.stamps = stampTree(cfg.launchDir, tree)
 	if code := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}

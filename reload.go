@@ -158,6 +158,10 @@ func (w *allowlistWatcher) refuse(msg string) {
 type routerFiles struct {
 	dir, routerIP string
 
+	// creds is what the router adds credentials for, fixed for the
+	// session; the allowlist decides which of them are served.
+	creds credPlan
+
 	mu      sync.Mutex
 	plan    routerPlan
 	cursor  planCursor
@@ -179,6 +183,7 @@ func (r *routerFiles) apply(entries []entry) error {
 	if err != nil {
 		return err
 	}
+	p.injections, p.trustedCA = r.creds.active(entries), r.creds.trustedCA()
 	for _, f := range []struct{ name, body string }{
 		{"nginx.conf", p.nginxConf(r.routerIP)},
 		{"forwards", p.forwards(r.routerIP) + "\n"},

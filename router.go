@@ -40,6 +40,11 @@ type routerPlan struct {
 	loopback map[string]netip.Addr
 	// routerPort maps a port entry to the router port that relays it.
 	routerPort map[entry]int
+	// injections are the API hosts the router adds the user's credential
+	// for (credentials.go): nginx proxies them over HTTP, never by SNI.
+	// trustedCA is the bundle it verifies their certificates with.
+	injections []credRoute
+	trustedCA  string
 }
 
 func planRouter(entries []entry) (routerPlan, error) {
@@ -157,7 +162,7 @@ stream {
         default "";
 `, ngxStreamModule, upstreamResolver)
 	for _, e := range p.entries {
-		if e.Port != tlsPort {
+		if e.Port != tlsPort || !e.Wildcard && p.injected(e.Host) {
 			continue
 		}
 		name := e.Host
@@ -165,6 +170,13 @@ stream {
 			name = "*." + e.Host
 		}
 		fmt.Fprintf(&b, "        %s $ssl_preread_server_name:443;\n", name)
+	}
+	if len(p.injections) > 0 {
+		// An exact name beats a wildcard in a hostnames map.
+		b.WriteString("        # Through the credential proxy only (http below), never by SNI.\n")
+		for _, r := range p.injections {
+			fmt.Fprintf(&b, "        %s \"\";\n", r.host)
+		}
 	}
 	fmt.Fprintf(&b, `    }
 
@@ -177,22 +189,97 @@ stream {
     }
 `, tlsSocket)
 	ports := p.sortedPortEntries()
-	if len(ports) == 0 {
-		b.WriteString("}\n")
-		return b.String()
+	if len(ports) > 0 {
+		// A variable makes nginx resolve at connect time through routerd
+		// rather than once at start through the system resolver.
+		b.WriteString("\n    map $server_port $port_upstream {\n")
+		for _, e := range ports {
+			fmt.Fprintf(&b, "        %d %s:%d;\n", p.routerPort[e], e.Host, e.Port)
+		}
+		b.WriteString("    }\n\n    server {\n")
+		for _, e := range ports {
+			fmt.Fprintf(&b, "        listen %s:%d;\n", routerIP, p.routerPort[e])
+		}
+		b.WriteString("        proxy_pass $port_upstream;\n    }\n")
 	}
-	// A variable makes nginx resolve at connect time through routerd
-	// rather than once at start through the system resolver.
-	b.WriteString("\n    map $server_port $port_upstream {\n")
-	for _, e := range ports {
-		fmt.Fprintf(&b, "        %d %s:%d;\n", p.routerPort[e], e.Host, e.Port)
-	}
-	b.WriteString("    }\n\n    server {\n")
-	for _, e := range ports {
-		fmt.Fprintf(&b, "        listen %s:%d;\n", routerIP, p.routerPort[e])
-	}
-	b.WriteString("        proxy_pass $port_upstream;\n    }\n}\n")
+	b.WriteString("}\n")
+	p.credentialProxy(&b, routerIP)
 	return b.String()
+}
+
+func (p routerPlan) injected(host string) bool {
+	for _, r := range p.injections {
+		if r.host == host {
+			return true
+		}
+	}
+	return false
+}
+
+// credentialListen is where nginx serves r's proxy: a port of the router's
+// session address, to which the forwarder relays 127.0.0.1 and the same
+// port in the pod. Both sides are written from here alone, so that moving
+// the listener (to a unix socket, say) is one change.
+func credentialListen(routerIP string, r credRoute) string {
+	return fmt.Sprintf("%s:%d", routerIP, r.kind.provider.port)
+}
+
+// credentialProxy writes the http block of the credential proxy, one
+// server for each injected host; nothing when there is none.
+func (p routerPlan) credentialProxy(b *strings.Builder, routerIP string) {
+	if len(p.injections) == 0 {
+		return
+	}
+	fmt.Fprintf(b, `
+http {
+    # The credential proxy: the agent talks plain HTTP to 127.0.0.1:PORT in
+    # its pod, which the forwarder relays here. nginx removes whatever
+    # credential the agent sent, adds the user's from a file that only the
+    # router mounts, and proxies to the real host over TLS, its certificate
+    # verified and its name sent as SNI. No header or query is logged.
+    log_format credentials 'credentials host=$api_host method=$request_method path="$uri" status=$status sent=$bytes_sent received=$request_length upstream="$upstream_addr" time=$request_time';
+    access_log /dev/stderr credentials;
+    server_tokens off;
+    # Resolved at request time through routerd, as the stream block does.
+    resolver %s ipv6=off valid=10s;
+    resolver_timeout 5s;
+    # Bodies as large as the APIs take, streamed both ways (SSE) rather
+    # than buffered.
+    client_max_body_size 0;
+    proxy_http_version 1.1;
+    proxy_buffering off;
+    proxy_request_buffering off;
+    proxy_connect_timeout 10s;
+    proxy_read_timeout 600s;
+    proxy_send_timeout 600s;
+    proxy_ssl_server_name on;
+    proxy_ssl_verify on;
+    proxy_ssl_verify_depth 4;
+    proxy_ssl_protocols TLSv1.2 TLSv1.3;
+    proxy_ssl_trusted_certificate %s;
+`, upstreamResolver, p.trustedCA)
+	for _, r := range p.injections {
+		prov := r.kind.provider
+		fmt.Fprintf(b, "\n    server {\n        listen %s;\n        set $api_host %s;\n", credentialListen(routerIP, r), r.host)
+		if len(prov.refuseArgs) > 0 {
+			// The API also takes a key in the query: such a request
+			// would use the agent's key, not the user's.
+			fmt.Fprintf(b, "        if ($args ~* \"(^|&)([^&=]*%%[^&=]*|%s)(=|&|$)\") {\n            return 403;\n        }\n", strings.Join(prov.refuseArgs, "|"))
+		}
+		b.WriteString(`        location / {
+            proxy_pass https://$api_host;
+            proxy_ssl_name $api_host;
+            proxy_set_header Host $api_host;
+            proxy_set_header Connection "";
+`)
+		for _, h := range prov.headers {
+			if !strings.EqualFold(h, r.kind.header) {
+				fmt.Fprintf(b, "            proxy_set_header %s \"\";\n", h)
+			}
+		}
+		fmt.Fprintf(b, "            # proxy_set_header %s with the user's credential, replacing the agent's.\n            include %s;\n        }\n    }\n", r.kind.header, r.includeFile())
+	}
+	b.WriteString("}\n")
 }
 
 func (p routerPlan) sortedPortEntries() []entry {
@@ -213,6 +300,9 @@ func (p routerPlan) sortedPortEntries() []entry {
 func (p routerPlan) forwards(routerIP string) string {
 	tls := "unix:" + tlsSocket + "/tls"
 	pairs := []string{"127.0.0.1:443=" + tls}
+	for _, r := range p.injections {
+		pairs = append(pairs, fmt.Sprintf("127.0.0.1:%d=%s", r.kind.provider.port, credentialListen(routerIP, r)))
+	}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {
 		addr := p.loopback[e.Host]

@@ -92,6 +92,8 @@ type sessionConfig struct {
 	// digests of the files in it that the host would run.
 	tree   launchTree
 	stamps fileStamps
+	// cred is what the router adds credentials for (credentials.go).
+	cred sessionCredentials
 }
 
 func (c sessionConfig) egressNetwork() string {
@@ -187,6 +189,11 @@ func launch(ctx context.Context, args []string) int {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	cfg.tmp = tmp
+	if cfg.cred, err = credentialsFor(la.env, runtimeDir, cfg.name); err != nil {
+		warn("%v", err)
+		return exitRefused
+	}
+	defer cfg.cred.remove()
 
 	trace := newTracer()
 	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
@@ -426,8 +433,10 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 			// common complaint about allowlist sandboxes.
 			// Against the list in force at the end: a host allowed
 			// meanwhile needs no advice.
-			hosts, unprintable := blockedHosts(eng.ContainerLogs(tctx, names.router, 0), files.entries())
+			routerLog := eng.ContainerLogs(tctx, names.router, 0)
+			hosts, unprintable := blockedHosts(routerLog, files.entries())
 			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
+			fmt.Fprint(os.Stderr, credentialSummary(routerLog, cfg.cred.creds, files.entries()))
 			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, leftForHost(cfg)))
 		}
 		// The pod and the router are independent; the network goes last
@@ -477,6 +486,7 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		return exitRefused
 	}
 	files = newRouterFiles(cfg.tmp, routerIP.String())
+	files.creds = cfg.cred.plan()
 	if err := files.apply(cfg.entries); err != nil {
 		warn("%v", err)
 		return exitRefused
@@ -633,6 +643,10 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
 		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
 	}
+	if cfg.cred.dir != "" {
+		// The credentials: the router's alone ("Z").
+		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: cfg.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
+	}
 	allow := cfg.upstreamAllow
 	if mutated("private-range-filter") {
 		allow = "0.0.0.0/0"
@@ -714,6 +728,12 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 		c.Env[k] = v
 	}
 	c.Env["DISABLE_AUTOUPDATER"] = "1"
+	// No telemetry, error reports or feature flags: hosts that take data
+	// under anyone's credentials.
+	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+	for k, v := range agentCredentialEnv(cfg.cred.creds) {
+		c.Env[k] = v
+	}
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
 	c.Command = cfg.cmd
 	return c

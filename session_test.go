@@ -270,7 +270,8 @@ func TestSessionSpecs(t *testing.T) {
 	if len(c.Mounts) != 1 || c.Mounts[0].Source != "/work/project" || c.Mounts[0].Destination != "/work/project" || c.WorkDir != "/work/project" {
 		t.Errorf("agent mounts = %+v workdir = %s", c.Mounts, c.WorkDir)
 	}
-	if !slices.Equal(c.Command, cfg.cmd) || c.Env["DISABLE_AUTOUPDATER"] != "1" || c.Env["ANTHROPIC_API_KEY"] != "sk-test" || len(c.Env) != 3 {
+	if !slices.Equal(c.Command, cfg.cmd) || c.Env["DISABLE_AUTOUPDATER"] != "1" || c.Env["ANTHROPIC_API_KEY"] != "sk-test" ||
+		c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || len(c.Env) != 4 {
 		t.Errorf("agent command = %v env = %v", c.Command, c.Env)
 	}
 	for name, s := range eng.containers {

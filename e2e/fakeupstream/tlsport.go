@@ -116,6 +116,11 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 		host = sni
 	}
 	s.log.printf("https request method=%s host=%q sni=%q path=%q from=%s", r.Method, r.Host, sni, r.URL.RequestURI(), r.RemoteAddr)
+	s.logCredentials(r)
+	if isMessagesPath(r.URL.Path) {
+		s.messages(w, r)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain")
 	fmt.Fprintf(w, "hello from %s\npath %s\n", host, r.URL.RequestURI())
 }

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Credentials never enter the sandbox. For an API whose credential the user
+// gives on the host (in the launcher's environment or stored with
+// `agent-sandbox secret set`), the agent talks plain HTTP to a loopback port
+// in its pod; the forwarder relays that to the router, whose nginx removes
+// whatever credential the agent sent, adds the user's, and proxies to the
+// real host over TLS with its certificate verified. The agent holds a
+// placeholder, so that it starts without asking to log in.
+
+// apiProvider is one API whose credential the router can add.
+type apiProvider struct {
+	id   string // as in AGENT_SANDBOX_API_HOSTS
+	host string // the real API host
+	// port is where the agent reaches the proxy, 127.0.0.1:port in the
+	// pod, and where nginx serves it, on the router's session address. Below
+	// 1024, so that nothing the agent runs (uid 1000, no capabilities) can
+	// take it, and no dev server on 8080 and the like clashes with it.
+	port int
+	// baseURLEnv is the agent's variable for the API's base URL, and
+	// basePath what follows the host in it.
+	baseURLEnv, basePath string
+	// headers are every request header the API takes a credential in:
+	// whatever the agent sends in them is removed.
+	headers []string
+	// refuseArgs are query arguments the API also takes a credential in:
+	// a request with any of them (or with a percent-encoded argument name,
+	// which could spell one) is refused.
+	refuseArgs []string
+}
+
+// credKind is one kind of credential for a provider, in the order a
+// provider's kinds are looked for.
+type credKind struct {
+	secret string // its name for `agent-sandbox secret`
+	env    string // the launcher's variable that holds it
+	// agentEnv is the agent's variable for the placeholder: env, but for
+	// an Anthropic API key (see credKinds).
+	agentEnv string
+	provider *apiProvider
+	header   string // the header the router sets
+	bearer   bool   // the header's value is "Bearer " and the credential
+	// placeholder is what the agent's env holds instead, in the
+	// credential's usual format.
+	placeholder string
+}
+
+var (
+	anthropicAPI = &apiProvider{id: "anthropic", host: "api.anthropic.com", port: 81,
+		baseURLEnv: "ANTHROPIC_BASE_URL", headers: []string{"x-api-key", "Authorization"}}
+	openaiAPI = &apiProvider{id: "openai", host: "api.openai.com", port: 82,
+		baseURLEnv: "OPENAI_BASE_URL", basePath: "/v1", headers: []string{"Authorization"}}
+	geminiAPI = &apiProvider{id: "gemini", host: "generativelanguage.googleapis.com", port: 83,
+		baseURLEnv: "GOOGLE_GEMINI_BASE_URL", headers: []string{"x-goog-api-key", "Authorization"},
+		refuseArgs: []string{"key", "access_token", "oauth_token"}}
+
+	apiProviders = []*apiProvider{anthropicAPI, openaiAPI, geminiAPI}
+
+	// credKinds: Claude Code itself prefers an API key to an OAuth token;
+	// so does the launcher.
+	credKinds = []*credKind{
+		// The agent holds ANTHROPIC_AUTH_TOKEN, not ANTHROPIC_API_KEY:
+		// with an API key it has not yet been asked to approve, Claude
+		// Code's first interactive start checks that it reaches the
+		// hard-wired https://api.anthropic.com (which the router closes
+		// for a host with a credential) and exits when it does not, then
+		// asks whether to use the key. With an auth token it does neither.
+		// It sends the token as Authorization: Bearer, which the router
+		// removes before it sets x-api-key.
+		{secret: "anthropic", env: "ANTHROPIC_API_KEY", agentEnv: "ANTHROPIC_AUTH_TOKEN", provider: anthropicAPI, header: "x-api-key",
+			placeholder: "sk-ant-api03-agent-sandbox-placeholder"},
+		// Claude Code sends Authorization: Bearer and adds the oauth
+		// anthropic-beta value itself when it holds CLAUDE_CODE_OAUTH_TOKEN,
+		// so the router replaces only the token.
+		{secret: "anthropic-oauth", env: "CLAUDE_CODE_OAUTH_TOKEN", provider: anthropicAPI, header: "Authorization", bearer: true,
+			placeholder: "sk-ant-oat01-agent-sandbox-placeholder"},
+		{secret: "openai", env: "OPENAI_API_KEY", provider: openaiAPI, header: "Authorization", bearer: true,
+			placeholder: "sk-agent-sandbox-placeholder"},
+		{secret: "gemini", env: "GEMINI_API_KEY", provider: geminiAPI, header: "x-goog-api-key",
+			placeholder: "agent-sandbox-placeholder"},
+	}
+)
+
+// agentVar is the variable the agent holds k's placeholder in.
+func (k *credKind) agentVar() string {
+	if k.agentEnv != "" {
+		return k.agentEnv
+	}
+	return k.env
+}
+
+func credKindBySecret(name string) *credKind {
+	for _, k := range credKinds {
+		if k.secret == name {
+			return k
+		}
+	}
+	return nil
+}
+
+func secretNames() []string {
+	var out []string
+	for _, k := range credKinds {
+		out = append(out, k.secret)
+	}
+	return out
+}
+
+// routerCredentialDir is where the router mounts the launcher's credential
+// dir: the nginx include files that hold the keys, and the test CA. Nothing
+// else mounts it.
+const routerCredentialDir = "/etc/router-credentials"
+
+// systemCABundle is the router image's CA bundle (ca-certificates).
+const systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// upstreamCAFile is AGENT_SANDBOX_UPSTREAM_CA's copy in the credential dir.
+const upstreamCAFile = "upstream-ca.pem"
+
+// credential is one credential a session's router adds. Its value goes
+// into one file, written 0600 into a dir that only the router mounts; never
+// into a container spec, a log line or the dir the forwarder mounts.
+type credential struct {
+	kind   *credKind
+	host   string // the API host: the provider's, or AGENT_SANDBOX_API_HOSTS's
+	value  string
+	source string // where it came from, for the user
+}
+
+// sessionCredentials is what a session injects.
+type sessionCredentials struct {
+	creds []credential
+	// upstreamCA holds AGENT_SANDBOX_UPSTREAM_CA's certificates, which
+	// then replace the router image's bundle (tests pin everything, as
+	// with AGENT_SANDBOX_UPSTREAM_DNS).
+	upstreamCA []byte
+	// dir is the launcher's dir that only the router mounts; "" when
+	// nothing is injected.
+	dir string
+}
+
+// credRoute is what the router config needs to know of a credential: no
+// value.
+type credRoute struct {
+	kind *credKind
+	host string
+}
+
+// credPlan is the credential part of the router's plan, fixed for the
+// session: which hosts get which kind of credential, and which CA bundle
+// nginx verifies them with.
+type credPlan struct {
+	routes   []credRoute
+	customCA bool
+}
+
+func (s sessionCredentials) plan() credPlan {
+	p := credPlan{customCA: len(s.upstreamCA) > 0}
+	for _, c := range s.creds {
+		p.routes = append(p.routes, credRoute{c.kind, c.host})
+	}
+	return p
+}
+
+// active is the routes whose host the allowlist admits now: only those
+// get a proxy, so that `deny` cuts it as it cuts any other host.
+func (p credPlan) active(entries []entry) []credRoute {
+	var out []credRoute
+	for _, r := range p.routes {
+		if allowlisted(r.host, entries) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// trustedCA is the bundle nginx verifies the API hosts' certificates with.
+func (p credPlan) trustedCA() string {
+	if p.customCA {
+		return routerCredentialDir + "/" + upstreamCAFile
+	}
+	return systemCABundle
+}
+
+// includeFile is the router's path of the file holding route r's header.
+func (r credRoute) includeFile() string {
+	return routerCredentialDir + "/" + r.kind.provider.id + ".conf"
+}
+
+// agentCredentialEnv is what the agent gets for the credentials the router
+// adds: each API's base URL pointing at its loopback port, and a
+// placeholder where the credential would be.
+func agentCredentialEnv(creds []credential) map[string]string {
+	env := map[string]string{}
+	for _, c := range creds {
+		p := c.kind.provider
+		env[p.baseURLEnv] = "http://127.0.0.1:" + strconv.Itoa(p.port) + p.basePath
+		env[c.kind.agentVar()] = c.kind.placeholder
+	}
+	return env
+}
+
+// credentialValue is what a credential may hold: the characters of API
+// keys and tokens (base64 and base64url among them). Anything else could
+// change the meaning of the nginx line it is written into.
+var credentialValue = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]+$`)
+
+const maxCredentialLen = 4096
+
+func checkCredentialValue(what, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	if len(v) > maxCredentialLen || !credentialValue.MatchString(v) {
+		return fmt.Errorf("%s is not an API key or token: it may hold only letters, digits and . _ ~ + / = - (at most 4096 of them)", what)
+	}
+	return nil
+}
+
+// apiHosts reads AGENT_SANDBOX_API_HOSTS, "anthropic=HOST,openai=HOST,...",
+// which names other hosts for the APIs (the tests' *.test names).
+func apiHosts(spec string) (map[*apiProvider]string, error) {
+	hosts := map[*apiProvider]string{}
+	for _, p := range apiProviders {
+		hosts[p] = p.host
+	}
+	for _, f := range splitList(spec) {
+		id, host, ok := strings.Cut(f, "=")
+		var p *apiProvider
+		for _, q := range apiProviders {
+			if q.id == strings.TrimSpace(id) {
+				p = q
+			}
+		}
+		if !ok || p == nil {
+			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not PROVIDER=HOST with PROVIDER one of anthropic, openai, gemini", f)
+		}
+		e, err := parseEntry(strings.TrimSpace(host))
+		if err != nil || e.Wildcard || e.Port != tlsPort {
+			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not a host name", host)
+		}
+		hosts[p] = e.Host
+	}
+	return hosts, nil
+}
+
+// resolveCredentials finds the credential for each API: from the
+// launcher's environment, else stored with `agent-sandbox secret set`,
+// an API key before an OAuth token. An API for which the user passes any of
+// its variables in with --env (passed) gets none: the user chose to hand
+// the agent that key, and gets a warning for it.
+func resolveCredentials(getenv func(string) (string, bool), passed map[string]string, secrets string, hosts map[*apiProvider]string) (creds []credential, warnings []string, err error) {
+	for _, p := range apiProviders {
+		var kinds []*credKind
+		for _, k := range credKinds {
+			if k.provider == p {
+				kinds = append(kinds, k)
+			}
+		}
+		handed := false
+		for _, k := range kinds {
+			if _, ok := passed[k.env]; ok {
+				handed = true
+				warnings = append(warnings, fmt.Sprintf("%s goes into the sandbox (--env): the agent can read it and use it from any host it can reach; without --env the router adds it for %s and the agent gets a placeholder", k.env, hosts[p]))
+			}
+		}
+		// The user routes or authenticates this API themselves.
+		for _, k := range kinds {
+			if _, ok := passed[k.agentVar()]; ok {
+				handed = true
+			}
+		}
+		if _, ok := passed[p.baseURLEnv]; ok {
+			handed = true
+		}
+		if handed {
+			continue
+		}
+		c, err := findCredential(getenv, secrets, kinds, hosts[p])
+		if err != nil {
+			return nil, warnings, err
+		}
+		if c != nil {
+			creds = append(creds, *c)
+		}
+	}
+	return creds, warnings, nil
+}
+
+func findCredential(getenv func(string) (string, bool), secrets string, kinds []*credKind, host string) (*credential, error) {
+	for _, k := range kinds {
+		v, ok := getenv(k.env)
+		if v = strings.TrimSpace(v); !ok || v == "" {
+			continue
+		}
+		if err := checkCredentialValue(k.env+" in your environment", v); err != nil {
+			return nil, fmt.Errorf("%v; unset it, or pass it in with --env %s", err, k.env)
+		}
+		return &credential{kind: k, host: host, value: v, source: k.env + " from your environment"}, nil
+	}
+	for _, k := range kinds {
+		v, err := readSecret(secrets, k.secret)
+		if err != nil {
+			return nil, err
+		}
+		if v == "" {
+			continue
+		}
+		return &credential{kind: k, host: host, value: v, source: "the stored secret " + k.secret}, nil
+	}
+	return nil, nil
+}
+
+// readUpstreamCA reads AGENT_SANDBOX_UPSTREAM_CA: PEM certificates that
+// replace the router image's CA bundle for the API hosts.
+func readUpstreamCA(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("AGENT_SANDBOX_UPSTREAM_CA: %w", err)
+	}
+	rest, n := b, 0
+	for {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			break
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); blk.Type != "CERTIFICATE" || err != nil {
+			return nil, fmt.Errorf("AGENT_SANDBOX_UPSTREAM_CA: %s holds a PEM block that is not a certificate", path)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("AGENT_SANDBOX_UPSTREAM_CA: %s holds no PEM certificate", path)
+	}
+	return b, nil
+}
+
+// credentialsFor resolves what a session injects and writes the router's
+// credential dir for it under runtimeDir; it warns about --env names that
+// hand the agent a key. remove undoes it.
+func credentialsFor(passed map[string]string, runtimeDir, session string) (sessionCredentials, error) {
+	s, warnings, err := sessionCredentialsFor(passed)
+	for _, w := range warnings {
+		warn("%s", w)
+	}
+	if err != nil {
+		return s, err
+	}
+	s.dir, err = writeCredentialDir(runtimeDir, session, s)
+	return s, err
+}
+
+func (s sessionCredentials) remove() {
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// sessionCredentialsFor resolves what a session injects, before anything
+// is created; the warnings are for --env names that hand the agent a key.
+func sessionCredentialsFor(passed map[string]string) (sessionCredentials, []string, error) {
+	var s sessionCredentials
+	hosts, err := apiHosts(os.Getenv("AGENT_SANDBOX_API_HOSTS"))
+	if err != nil {
+		return s, nil, err
+	}
+	creds, warnings, err := resolveCredentials(os.LookupEnv, passed, secretsDir(), hosts)
+	if err != nil {
+		return s, warnings, err
+	}
+	s.creds = creds
+	if len(creds) > 0 {
+		if s.upstreamCA, err = readUpstreamCA(os.Getenv("AGENT_SANDBOX_UPSTREAM_CA")); err != nil {
+			return s, warnings, err
+		}
+	}
+	return s, warnings, nil
+}
+
+// writeCredentialDir makes the dir that only the router mounts, 0700, and
+// writes each credential's nginx include file into it, 0600: the one line
+// that sets its header. It returns the dir ("" when there is nothing to
+// inject); the caller removes it.
+func writeCredentialDir(runtimeDir, session string, s sessionCredentials) (string, error) {
+	if len(s.creds) == 0 {
+		return "", nil
+	}
+	dir, err := os.MkdirTemp(runtimeDir, session+"-cred.")
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{}
+	for _, c := range s.creds {
+		v := c.value
+		if c.kind.bearer {
+			v = "Bearer " + v
+		}
+		files[c.kind.provider.id+".conf"] = fmt.Sprintf("proxy_set_header %s \"%s\";\n", c.kind.header, v)
+	}
+	if len(s.upstreamCA) > 0 {
+		files[upstreamCAFile] = string(s.upstreamCA)
+	}
+	for name, body := range files {
+		if err := writePrivate(filepath.Join(dir, name), body); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("cannot write the router's credential file: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// writePrivate creates path 0600 and writes body to it.
+func writePrivate(path, body string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// credentialSummary says, at the end of a session, which hosts the router
+// added credentials for and how often, from the router's log; and how many
+// direct TLS connections to those hosts it closed. Empty when nothing was
+// injected.
+func credentialSummary(routerLog string, creds []credential, entries []entry) string {
+	if len(creds) == 0 {
+		return ""
+	}
+	requests, closed := map[string]int{}, map[string]int{}
+	for _, line := range strings.Split(routerLog, "\n") {
+		if m := proxyRequest.FindStringSubmatch(line); m != nil {
+			requests[m[1]]++
+		} else if d, ok := parseDenial(line); ok && !d.lookup {
+			closed[strings.TrimSuffix(strings.ToLower(d.host), ".")]++
+		}
+	}
+	var lines []string
+	for _, c := range creds {
+		if !allowlisted(c.host, entries) && requests[c.host] == 0 {
+			continue
+		}
+		line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", c.host, c.source, plural(requests[c.host], "request"))
+		if n := closed[c.host]; n > 0 {
+			line += fmt.Sprintf("; %s straight to it closed (use the base URL)", plural(n, "TLS connection"))
+		}
+		lines = append(lines, line+"\n")
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	sort.Strings(lines)
+	return "agent-sandbox: the router added your credentials (the agent held placeholders):\n" + strings.Join(lines, "")
+}
+
+// proxyRequest is a request through the credential proxy, in router.go's
+// log format.
+var proxyRequest = regexp.MustCompile(`\bcredentials host=(\S+) `)
