@@ -408,6 +408,11 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 	if !strings.Contains(mark.since(), pushLog) || !strings.Contains(mark.since(), "refs/heads/topic="+topic) {
 		t.Errorf("the fake did not log the push (%s refs/heads/topic=%s):\n%s", pushLog, topic, indent(mark.since()))
 	}
+	for _, l := range strings.Split(mark.since(), "\n") {
+		if strings.Contains(l, " git ") {
+			t.Logf("fake: %s", l)
+		}
+	}
 	if want := "new repository " + filepath.Join(dir, "nested", ".git"); !strings.Contains(r.Stderr, want) {
 		t.Errorf("the nested repository is not listed at exit (%q):\n%s", want, indent(r.Stderr))
 	}
