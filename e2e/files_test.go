@@ -324,8 +324,29 @@ func gitProject(t *testing.T) string {
 	return dir
 }
 
+// servedRepo copies dir's repository, bare, to where the fake upstream
+// serves git over HTTPS, and returns its URL there and its path here.
+func servedRepo(t *testing.T, dir string) (url, bare string) {
+	t.Helper()
+	name := newNonce(t) + ".git"
+	bare = filepath.Join(gitRoot(), name)
+	mustGit(t, dir, "clone", "-q", "--bare", dir, bare)
+	return "https://" + gitHost + "/" + name, bare
+}
+
 func rowGitEscapes(t *testing.T, ev *evidence) {
 	dir := gitProject(t)
+	// A second remote as users have one: HTTPS on an allowlisted host (the
+	// fake upstream, git http-backend). The user's config names it; the
+	// agent passes the test CA with -c, as it cannot write the config.
+	url, bare := servedRepo(t, dir)
+	mustGit(t, dir, "remote", "add", "upstream", url)
+	served, err := hostGit(t, bare, "rev-parse", "main")
+	if err != nil {
+		t.Fatalf("the served repository has no main: %v %s", err, served)
+	}
+	served = strings.TrimSpace(served)
+	const ca = "git -c http.sslCAInfo=\"$PWD/ca.pem\" "
 	// The canary is outside the launch dir: only the host can create it.
 	canary := filepath.Join(mkdir(t, "canary-"), "ran")
 	touch := "touch " + canary
@@ -355,11 +376,15 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 		{"branch and checkout", "git branch topic && git checkout -q topic && echo more >> README && git -c user.name=agent -c user.email=agent@example.com commit -qam topic"},
 		{"rebase", "git checkout -q main && echo main >> other && git add other && git -c user.name=agent -c user.email=agent@example.com commit -qm other && " +
 			"git checkout -q topic && git -c user.name=agent -c user.email=agent@example.com rebase -q main"},
-		{"fetch", "git fetch -q origin"},
-		{"push", "git push -q origin topic"},
+		{"fetch from a file remote", "git fetch -q origin"},
+		{"push to a file remote", "git push -q origin topic"},
+		{"clone over https", ca + "clone -q " + url + " /tmp/clone && git -C /tmp/clone rev-parse HEAD"},
+		{"fetch over https", ca + "fetch -q upstream && git rev-parse upstream/main"},
+		{"push over https", ca + "push -q upstream topic && git rev-parse topic"},
 		{"nested git init with an fsmonitor", "git init -q nested && git -C nested config core.fsmonitor " + shellQuote(touch)},
 	}
-	res, r := probeSession(t, sessionOpts{Dir: dir}, append(probes, workflow...)...)
+	mark := markFakeLog()
+	res, r := probeSession(t, sessionOpts{Dir: dir, Allowlist: defaultAllowlist + gitHost + "\n"}, append(probes, workflow...)...)
 	for _, e := range escapes {
 		p := res[e.name]
 		if p.RC == 0 || !strings.Contains(p.Out, e.want) {
@@ -368,6 +393,25 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 	}
 	for _, w := range workflow {
 		wantOK(t, res, w.Name)
+	}
+	wantOK(t, res, "clone over https", served)
+	wantOK(t, res, "fetch over https", served)
+	// The pushed commit arrived: in the served repository, read here, and
+	// in the fake's log of the push.
+	topic, _ := hostGit(t, dir, "rev-parse", "topic")
+	topic = strings.TrimSpace(topic)
+	wantOK(t, res, "push over https", topic)
+	if got, err := hostGit(t, bare, "rev-parse", "--verify", "topic"); err != nil || strings.TrimSpace(got) != topic {
+		t.Errorf("the push over https did not reach %s: topic = %q (%v), want %s", url, strings.TrimSpace(got), err, topic)
+	}
+	pushLog := `git push repo="/` + filepath.Base(bare) + `"`
+	if !strings.Contains(mark.since(), pushLog) || !strings.Contains(mark.since(), "refs/heads/topic="+topic) {
+		t.Errorf("the fake did not log the push (%s refs/heads/topic=%s):\n%s", pushLog, topic, indent(mark.since()))
+	}
+	for _, l := range strings.Split(mark.since(), "\n") {
+		if strings.Contains(l, " git ") {
+			t.Logf("fake: %s", l)
+		}
 	}
 	if want := "new repository " + filepath.Join(dir, "nested", ".git"); !strings.Contains(r.Stderr, want) {
 		t.Errorf("the nested repository is not listed at exit (%q):\n%s", want, indent(r.Stderr))
@@ -405,8 +449,9 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 		}
 	}
 	if !t.Failed() {
-		ev.add("%d escapes failed with EROFS/EBUSY; status, commit, branch, checkout, rebase, fetch and push worked inside; host status, log, commit and diff ran no canary; "+
-			"nested repo listed at exit; the same fsmonitor and hook written on the host ran (opened path)", len(escapes))
+		ev.add("%d escapes failed with EROFS/EBUSY; status, commit, branch, checkout, rebase, fetch and push (a file remote) worked inside; "+
+			"clone, fetch and push over HTTPS to %s (allowlisted, git http-backend on the fake; -c http.sslCAInfo, no config write) worked, the pushed topic %.12s is in the served repository and the fake's log; "+
+			"host status, log, commit and diff ran no canary; nested repo listed at exit; the same fsmonitor and hook written on the host ran (opened path)", len(escapes), gitHost, topic)
 	}
 }
 

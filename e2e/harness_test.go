@@ -30,6 +30,12 @@ const (
 	homeVolumePrefix = "asb-e2e-home-"
 )
 
+// gitHost is the name the fake serves git's smart HTTP protocol for, from
+// the bare repositories under gitRoot() (its -git-root, /fake/git inside).
+const gitHost = "git.allowed.test"
+
+func gitRoot() string { return filepath.Join(harness.fakeDir, "git") }
+
 // fakeZone is everything the fake DNS knows. Denied names resolve there too:
 // if one is blocked in the sandbox, the router blocked it, not the fake.
 var fakeZone = []string{
@@ -286,6 +292,9 @@ func writePKI() error {
 		return err
 	}
 	h.caPEM = ca.CertPEM
+	if err := os.Mkdir(gitRoot(), 0o755); err != nil {
+		return err
+	}
 	for name, data := range map[string][]byte{"ca.pem": ca.CertPEM, "ca.key": caKey, "server.pem": cert, "server.key": key} {
 		if err := testpki.WriteFile(filepath.Join(h.fakeDir, name), data); err != nil {
 			return err
@@ -305,7 +314,8 @@ func startFake() error {
 		h.fakeImage,
 		"-log", "/fake/fake.log", "-dns", strings.Join(zone, ","),
 		"-cert", "/fake/server.pem", "-key", "/fake/server.key",
-		"-ca-cert", "/fake/ca.pem", "-ca-key", "/fake/ca.key")
+		"-ca-cert", "/fake/ca.pem", "-ca-key", "/fake/ca.key",
+		"-git-hosts", gitHost, "-git-root", "/fake/git")
 	if err != nil {
 		return err
 	}

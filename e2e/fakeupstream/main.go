@@ -45,6 +45,10 @@ type options struct {
 	// stdinEOF stops the fake when its stdin closes, so that a parent that
 	// cannot signal it (podman unshare) ends it by closing a pipe.
 	stdinEOF bool
+	// gitHosts are served git's smart HTTP protocol on the TLS port, from
+	// the bare repositories under gitRoot; "" turns it off.
+	gitHosts string
+	gitRoot  string
 }
 
 func main() {
@@ -65,6 +69,8 @@ func main() {
 	flag.StringVar(&o.ipAllow, "ip-allow", "", "CIDRs that -ip-names may answer with, comma-separated")
 	flag.BoolVar(&o.sniff, "sniff", false, "log frames carrying a nonce (needs CAP_NET_RAW in the network namespace)")
 	flag.StringVar(&o.sniffIgnore, "sniff-ignore", "", "CIDRs: frames between two addresses in them are not logged")
+	flag.StringVar(&o.gitHosts, "git-hosts", "", "names whose HTTPS requests go to git http-backend, comma-separated")
+	flag.StringVar(&o.gitRoot, "git-root", "", "directory of the bare repositories the git hosts serve")
 	flag.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "stop when stdin closes")
 	flag.Parse()
 
@@ -112,6 +118,7 @@ type running struct {
 	http      []net.Listener
 	proxy     []net.Listener
 	sniffing  bool
+	git       *gitServer
 	listeners []io.Closer
 }
 
@@ -155,7 +162,7 @@ func start(o options, log *eventLog) (_ *running, err error) {
 		return nil, err
 	}
 	// The suite waits for this line before it sends anything.
-	log.printf("ready dns=%s tls=%s tcp=%s%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs(), r.extrasString())
+	log.printf("ready dns=%s tls=%s tcp=%s%s%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs(), r.extrasString(), r.git.String())
 	return r, nil
 }
 
@@ -212,6 +219,10 @@ func (r *running) startTLS(o options) error {
 	if err != nil {
 		return err
 	}
+	if s.git, err = newGitServer(r.log, o.gitHosts, o.gitRoot); err != nil {
+		return err
+	}
+	r.git = s.git
 	l, err := net.Listen("tcp", o.tlsAddr)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)

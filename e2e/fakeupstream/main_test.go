@@ -46,7 +46,7 @@ type fixture struct {
 
 // startFake runs every role on loopback ephemeral ports with the suite's
 // layout: a static cert for allowed.test plus CA minting for other names.
-func startFake(t *testing.T) *fixture {
+func startFake(t *testing.T, mods ...func(*options)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := testpki.NewCA()
@@ -68,7 +68,7 @@ func startFake(t *testing.T) *fixture {
 		}
 	}
 	buf := &syncBuf{}
-	r, err := start(options{
+	o := options{
 		zone:    "allowed.test=10.99.0.10, *.wild.test=10.99.0.11",
 		dnsAddr: "127.0.0.1:0",
 		tlsAddr: "127.0.0.1:0",
@@ -77,7 +77,11 @@ func startFake(t *testing.T) *fixture {
 		key:     filepath.Join(dir, "server.key"),
 		caCert:  filepath.Join(dir, "ca.pem"),
 		caKey:   filepath.Join(dir, "ca.key"),
-	}, &eventLog{w: buf})
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	r, err := start(o, &eventLog{w: buf})
 	if err != nil {
 		t.Fatal(err)
 	}

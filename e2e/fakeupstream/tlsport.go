@@ -22,6 +22,7 @@ type tlsServer struct {
 	static *tls.Certificate
 	leaf   *x509.Certificate
 	ca     *testpki.CA
+	git    *gitServer // nil: no git hosts
 
 	mu     sync.Mutex
 	minted map[string]*tls.Certificate
@@ -116,6 +117,10 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 		host = sni
 	}
 	s.log.printf("https request method=%s host=%q sni=%q path=%q from=%s", r.Method, r.Host, sni, r.URL.RequestURI(), r.RemoteAddr)
+	if s.git.serves(host) {
+		s.git.ServeHTTP(w, r)
+		return
+	}
 	s.logCredentials(r)
 	if isMessagesPath(r.URL.Path) {
 		s.messages(w, r)

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGitSmartHTTP pushes to, fetches from and clones a bare repository of
+// the git host with the real git client, over TLS with the test CA, and
+// checks that every other name still gets the plain answer.
+func TestGitSmartHTTP(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git here")
+	}
+	root := t.TempDir()
+	f := startFake(t, func(o *options) { o.gitHosts, o.gitRoot = "Git.Allowed.Test", root })
+	f.wantLog(t, "ready", " git=git.allowed.test:"+root)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, f.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(f.r.tls.Addr().String())
+	url := "https://git.allowed.test:" + port + "/project.git"
+	// The client resolves the name to the fake and trusts only the test CA.
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "http.sslCAInfo=" + caFile,
+			"-c", "http.curloptResolve=git.allowed.test:" + port + ":127.0.0.1",
+			"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "HOME=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s\nfake log:\n%s", strings.Join(args, " "), err, out, f.log.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git(root, "init", "-q", "--bare", "project.git")
+	work := t.TempDir()
+	git(work, "init", "-q")
+	git(work, "commit", "-q", "--allow-empty", "-m", "first")
+	head := git(work, "rev-parse", "HEAD")
+	git(work, "push", "-q", url, "main:refs/heads/topic")
+
+	if got := git(filepath.Join(root, "project.git"), "rev-parse", "topic"); got != head {
+		t.Errorf("the bare repository's topic = %s, want the pushed %s", got, head)
+	}
+	f.wantLog(t, "https request method=POST", `host="git.allowed.test:`+port+`"`, "git-receive-pack")
+	f.wantLog(t, `git push repo="/project.git"`, "refs/heads/topic="+head)
+
+	git(work, "fetch", "-q", url, "topic")
+	if got := git(work, "rev-parse", "FETCH_HEAD"); got != head {
+		t.Errorf("fetched %s, want %s", got, head)
+	}
+	f.wantLog(t, "git POST", `path="/project.git/git-upload-pack"`, "status=200")
+	clone := filepath.Join(t.TempDir(), "clone")
+	git(work, "clone", "-q", "-b", "topic", url, clone)
+	if got := git(clone, "rev-parse", "HEAD"); got != head {
+		t.Errorf("cloned %s, want %s", got, head)
+	}
+
+	// A repository that is not there, and a path out of the root, fail.
+	for _, path := range []string{"/missing.git", "/../" + filepath.Base(root) + "/project.git"} {
+		body, err := httpsGet(t, f, "git.allowed.test", path+"/info/refs?service=git-upload-pack")
+		if err == nil && strings.Contains(body, "refs/heads/topic") {
+			t.Errorf("%s served refs: %q", path, body)
+		}
+	}
+	// Other names keep the plain answer.
+	body, err := httpsGet(t, f, "allowed.test", "/project.git/info/refs")
+	if err != nil || body != "hello from allowed.test\npath /project.git/info/refs\n" {
+		t.Errorf("allowed.test: %q, %v", body, err)
+	}
+}
+
+func TestGitHostsNeedARoot(t *testing.T) {
+	if _, err := newGitServer(&eventLog{w: &syncBuf{}}, "git.allowed.test", ""); err == nil || !strings.Contains(err.Error(), "-git-root") {
+		t.Fatalf("-git-hosts without -git-root: err = %v", err)
+	}
+	if g, err := newGitServer(&eventLog{w: &syncBuf{}}, " , ", ""); g != nil || err != nil || g.serves("git.allowed.test") {
+		t.Fatalf("no git hosts: %v, %v", g, err)
+	}
+}
