@@ -76,6 +76,7 @@ var secRows = []struct {
 	{14, "a router whose config fails to load stops the launch before the agent starts", (*secSuite).row14},
 	// Rows 15-20 are TestFileBoundary's (files_test.go).
 	{27, "another session: a second session reaches neither a running session's router (DNS, its port entry, 443, its egress address) nor its pod (TCP, UDP, MSG_DONTROUTE); the sniffer sees traffic on session bridges", (*secSuite).row27},
+	{28, "the uplink: sends to the machine leave podman's network namespace through slirp4netns or pasta, and the sniffer logs them there", (*secSuite).row28},
 }
 
 // secSuite holds the shared sessions' probes and results.

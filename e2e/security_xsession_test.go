@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// Row 27: what one session can reach of another. Session networks are internal /24s of podman's
+// Rows 27 and 28: what one session can reach of another, and the
+// sniffer's own reach. Session networks are internal /24s of podman's
 // pool (sessionPool) with the router at .2; their bridges have no address
 // in podman's rootless network namespace, on podman 4 and 5 alike.
 
@@ -495,6 +496,80 @@ func (s *secSuite) checkUnreachableRoute(t *testing.T, ev *evidence, x xsAddrs) 
 		}
 	}
 	t.Errorf("no unreachable route for %s in podman's network namespace: a packet to another session would leave through the uplink\n%v", sessionPool, routes)
+}
+
+// row28: the uplink. The control container's sends to the machine (row 8)
+// leave podman's network namespace by its default route, the slirp4netns
+// or pasta interface: the sniffer must log each there, and each must reach
+// the host canaries.
+func (s *secSuite) row28(t *testing.T, ev *evidence) {
+	routes, err := rootlessRoutes()
+	if err != nil {
+		t.Fatalf("podman's network namespace's routes: %v", err)
+	}
+	uplink := ""
+	for _, r := range routes {
+		if r.dst.IsUnspecified() && r.mask.IsUnspecified() {
+			uplink = r.iface
+		}
+	}
+	if uplink == "" {
+		t.Fatalf("podman's network namespace has no default route: %v", routes)
+	}
+	if !s.control.ran {
+		t.Fatalf("the control container did not report")
+	}
+	nonces := s.controlNonces["host"]
+	if len(nonces) == 0 {
+		t.Fatalf("the control sent nothing to the machine: the row has nothing to check")
+	}
+	// Each send's target, as the control printed it ("tcp ADDR:PORT ...").
+	targets := map[string]string{}
+	for _, p := range s.control.probes {
+		for _, nn := range nonces {
+			if !strings.Contains(p.shell, nn) {
+				continue
+			}
+			if f := strings.Fields(s.control.res[p.name].Out); len(f) > 1 {
+				if host, _, ok := strings.Cut(f[1], ":"); ok {
+					targets[nn] = host
+				}
+			}
+		}
+	}
+	var dsts, protos []string
+	for _, nn := range nonces {
+		var onUplink, host []string
+		dst := targets[nn]
+		if dst == "" {
+			t.Errorf("the control's send with nonce %s did not say where it went", nn)
+		}
+		for _, l := range s.env.seen(nn) {
+			// Outbound: to the address the control sent to.
+			if strings.HasPrefix(l, "gateway: ") && strings.Contains(l, " sniff if="+uplink+" ") && strings.Contains(l, " dst="+dst+" ") {
+				onUplink = append(onUplink, l)
+			}
+			if strings.HasPrefix(l, "host canaries: ") {
+				host = append(host, l)
+			}
+		}
+		if len(onUplink) == 0 {
+			t.Errorf("the sniffer did not log nonce %s on %s, the uplink, on its way to %s: a leak off the machine could go unseen\nall the logs have of it:\n%s",
+				nn, uplink, dst, strings.Join(s.env.seen(nn), "\n"))
+		}
+		if len(host) == 0 {
+			t.Errorf("nonce %s never reached the host canaries", nn)
+		}
+		for _, l := range onUplink {
+			dsts = append(dsts, between(l, " dst=", " "))
+			protos = append(protos, map[string]string{"6": "TCP", "17": "UDP"}[between(l, " proto=", " ")])
+		}
+	}
+	version, _ := podman("version", "--format", "{{.Client.Version}}")
+	if !t.Failed() {
+		ev.add("podman %s: the default route of its network namespace is %s; the %d sends of row 8's control to the machine (%s) were each logged there by the sniffer (to %s) and reached the host canaries",
+			strings.TrimSpace(version), uplink, len(nonces), strings.Join(uniq(protos), ", "), strings.Join(uniq(dsts), ", "))
+	}
 }
 
 // addLog makes text one of the logs every nonce is searched in.
