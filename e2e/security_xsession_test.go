@@ -172,6 +172,7 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	if rerr != nil {
 		t.Errorf("session A's router log: %v\n%s", rerr, aRouterLog)
 	}
+	s.checkRootlessRoutes(t, ev, x)
 	stopA()
 	a.wantCode(0)
 	assertNoLeftovers(t)
@@ -194,7 +195,6 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	}
 	s.xsCheckRoutes(t, ev, b, x)
 	s.xsCheckControl(t, ev, ctl, ctlAddr, ctlNonces, x)
-	s.checkUnreachableRoute(t, ev, x)
 }
 
 // xsInspect finds A's router and pod addresses with podman inspect and
@@ -309,8 +309,9 @@ func (s *secSuite) xsCheckRoutes(t *testing.T, ev *evidence, b *probeSet, x xsAd
 }
 
 // xsControl runs the opened path of row 27's probes: a plain container on
-// A's own session network sends each kind to A's router and pod. It
-// returns its results, its address and its nonces by kind.
+// A's own session network (and the egress network) sends each kind to A's
+// router and pod. It returns its results, its address on A's network and
+// its nonces by kind.
 func (s *secSuite) xsControl(t *testing.T, x xsAddrs) (*probeSet, string, map[string][]string) {
 	ps := &probeSet{}
 	nonces := map[string][]string{}
@@ -320,7 +321,7 @@ func (s *secSuite) xsControl(t *testing.T, x xsAddrs) (*probeSet, string, map[st
 		}
 		ps.add(0, name, info, noReason, nn, shell)
 	}
-	add("", "address", "ip -4 -o addr show eth0", "")
+	add("", "address", "ip -4 -o addr", "")
 	for _, p := range xsListenTCP {
 		nn := newNonce(t)
 		add("pod", "tcp to A's pod :"+p, "python3 -S ./sec.py send tcp "+x.pod+" "+p+" "+nn, nn)
@@ -338,9 +339,15 @@ func (s *secSuite) xsControl(t *testing.T, x xsAddrs) (*probeSet, string, map[st
 	nn = newNonce(t)
 	add("entry", "tcp to A's port entry :10001", tcpEcho(x.router, "10001", nn), nn)
 	add("", "tcp to A's router :443", "python3 -S ./sec.py send tcp "+x.router+" 443 control-443", "")
+	// The container is on the egress network too, where every router has
+	// an address: nothing of A's router listens on its.
+	for _, p := range xsRouterTCP {
+		add("", "tcp to A's router's egress address :"+p, "python3 -S ./sec.py send tcp "+x.routerEgress+" "+p+" control-egress", "")
+	}
+	add("", "udp to A's router's egress address :53", "python3 -S ./sec.py send udp "+x.routerEgress+" 53 control-egress", "")
 	dir := launchDir(t)
 	writeLaunchFiles(t, dir, map[string]string{})
-	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", x.session,
+	out, err := podman("run", "--rm", "--label", harnessLabel+"=control", "--network", x.session, "--network", egressNet,
 		"--user", "0", "-v", dir+":/w", "-w", "/w", "--entrypoint", "sh", harness.sandboxImage, "-c",
 		parallelScript(ps.list(), 12, preflight("preflight", pfControlCmds, pfSecPy, pfNcN, pfDigTCP), ""))
 	if err != nil {
@@ -352,9 +359,14 @@ func (s *secSuite) xsControl(t *testing.T, x xsAddrs) (*probeSet, string, map[st
 	if pf, ok := ps.res["preflight"]; !ok || pf.RC != 0 {
 		t.Errorf("PREFLIGHT FAILED in the control container on A's session network: %s", pf)
 	}
+	// Its address on A's network.
 	addr := ""
-	if f := strings.Fields(ps.res["address"].Out); len(f) > 3 {
-		addr, _, _ = strings.Cut(f[3], "/")
+	for _, l := range lines(ps.res["address"].Out) {
+		if f := strings.Fields(l); len(f) > 3 && f[2] == "inet" {
+			if p, err := netip.ParsePrefix(f[3]); err == nil && x.net.Contains(p.Addr()) {
+				addr = p.Addr().String()
+			}
+		}
 	}
 	return ps, addr, nonces
 }
@@ -373,15 +385,22 @@ func (s *secSuite) xsCheckControl(t *testing.T, ev *evidence, ps *probeSet, addr
 		t.Errorf("self-check: the control container's address %q is not a third address of %s", addr, x.net)
 		return
 	}
+	refused := 0
 	for name, r := range ps.res {
-		if name != "preflight" && name != "address" && !strings.HasPrefix(name, "dns ") && name != "tcp to A's router :443" && r.RC != 0 {
+		switch {
+		case name == "tcp to A's router :443" || strings.Contains(name, "egress address"):
+			// Nothing listens on A's router's 443 (nginx's TLS server is on
+			// a unix socket) nor on its egress address: refused at connect,
+			// where B has no route at all.
+			if wantReason(t, "self-check: "+name, r, rRefused) {
+				refused++
+			}
+		case name != "preflight" && name != "address" && !strings.HasPrefix(name, "dns ") && r.RC != 0:
 			t.Errorf("self-check: %s from A's own network failed: %s", name, r)
 		}
 	}
-	// Nothing listens on A's router's 443: from A's own network it is
-	// refused at connect, where B has no route at all.
-	if r, ok := ps.res["tcp to A's router :443"]; ok {
-		wantReason(t, "self-check: tcp to A's router :443", r, rRefused)
+	if refused != 1+len(xsRouterTCP)+1 {
+		t.Errorf("self-check: %d of A's router's closed ports reported refused, want %d", refused, 1+len(xsRouterTCP)+1)
 	}
 	ok := true
 	var ifaces []string
@@ -430,8 +449,8 @@ func (s *secSuite) xsCheckControl(t *testing.T, ev *evidence, ps *probeSet, addr
 	}
 	if ok {
 		ev.add("self-check: a plain container on A's session network (%s) reached A's pod (%d sends, TCP, UDP and MSG_DONTROUTE: logged by A's agent and by the sniffer on the session bridge's ports, %s), "+
-			"A's router's DNS (in its log; the sniffer leaves that pair out by design), its port entry (the fake echoed it) and was refused on its 443 (ECONNREFUSED)",
-			addr, len(nonces["pod"]), strings.Join(uniq(ifaces), ", "))
+			"A's router's DNS (in its log; the sniffer leaves that pair out by design) and its port entry (the fake echoed it); A's router refused it on 443, and from the egress network on its egress address (TCP %s, UDP 53: ECONNREFUSED, nothing listens there)",
+			addr, len(nonces["pod"]), strings.Join(uniq(ifaces), ", "), strings.Join(xsRouterTCP, "/"))
 	}
 }
 
@@ -470,10 +489,10 @@ func procAddr(h string) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 }
 
-// checkUnreachableRoute: the gateway fake keeps the session pool's traffic
-// in podman's namespace (see startGateway).
-// It also says whether A's session bridge has an address there.
-func (s *secSuite) checkUnreachableRoute(t *testing.T, ev *evidence, x xsAddrs) {
+// checkRootlessRoutes, while A runs: the gateway fake keeps the session
+// pool's traffic in podman's namespace (see startGateway). It also says
+// whether A's session bridge has an address there.
+func (s *secSuite) checkRootlessRoutes(t *testing.T, ev *evidence, x xsAddrs) {
 	routes, err := rootlessRoutes()
 	if err != nil {
 		t.Errorf("podman's network namespace's routes: %v", err)
