@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,50 +259,50 @@ func TestSnifferLogsNonceFrames(t *testing.T) {
 		"sniff if=lo", "src=127.0.0.1", "nonces=n0123456789abcde")
 }
 
-func TestSnifferIgnoresTrafficWithinIgnoredRanges(t *testing.T) {
+func TestSnifferIgnores(t *testing.T) {
 	needSniffer(t)
-	r, buf := startExtras(t, options{sniff: true, sniffIgnore: "127.0.0.1/32", udpAddr: "127.0.0.1:0"})
-	c := listenUDP(t)
-	if _, err := c.WriteTo([]byte("payload nfedcba9876543210 end"), r.udp[0].LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitBuf(t, buf, "udp datagram", "nfedcba9876543210")
-	// A frame with one end outside the range, sent after the ignored one:
-	// once the sniffer has logged it, it has seen the ignored one too.
-	sendUntilLogged(t, c, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 9}, "payload n0f1e2d3c4b5a6978 end", buf,
-		"sniff if=lo", "dst=127.0.0.2", "nonces=n0f1e2d3c4b5a697")
-	if strings.Contains(buf.String(), "nonces=nfedcba987654321") {
-		t.Errorf("the sniffer logged traffic inside -sniff-ignore:\n%s", buf.String())
-	}
-}
-
-// With 127.0.0.0/16 as the session pool, 127.0.5.0/24 is a session network
-// whose router is 127.0.5.2: only frames between that address and another
-// of the same /24 go unlogged.
-func TestSnifferIgnoresOnlyASessionsOwnTraffic(t *testing.T) {
-	needSniffer(t)
-	r, buf := startExtras(t, options{sniff: true, sniffSessions: "127.0.0.0/16", udpAddr: "127.0.5.2:0"})
-	port := r.udp[0].LocalAddr().(*net.UDPAddr).Port
-	own := listenUDPOn(t, "127.0.5.9")
-	if _, err := own.WriteTo([]byte("payload n1111111111111111 end"), r.udp[0].LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	waitBuf(t, buf, "udp datagram", "n1111111111111111")
-	// Frames sent after the ignored one: once each is logged, the sniffer
-	// has seen the ignored one too.
-	for _, c := range []struct {
-		from, to, nonce string
-	}{
-		{"127.0.5.9", "127.0.6.2", "n2222222222222222"},  // to another session's router
-		{"127.0.5.9", "127.0.5.10", "n3333333333333333"}, // two addresses of one session network, neither its router
-		{"127.0.6.9", "127.0.5.9", "n4444444444444444"},  // between two session networks
-	} {
-		sendUntilLogged(t, listenUDPOn(t, c.from), &net.UDPAddr{IP: net.ParseIP(c.to), Port: port}, "payload "+c.nonce+" end", buf,
-			"sniff if=lo", "src="+c.from+" ", "dst="+c.to+" ", "nonces="+c.nonce[:16])
-	}
-	if strings.Contains(buf.String(), "nonces=n111111111111111") {
-		t.Errorf("the sniffer logged a session's own traffic (to its router at .2):\n%s", buf.String())
-	}
+	t.Run("traffic within ignored ranges", func(t *testing.T) {
+		r, buf := startExtras(t, options{sniff: true, sniffIgnore: "127.0.0.1/32", udpAddr: "127.0.0.1:0"})
+		c := listenUDP(t)
+		if _, err := c.WriteTo([]byte("payload nfedcba9876543210 end"), r.udp[0].LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitBuf(t, buf, "udp datagram", "nfedcba9876543210")
+		// A frame with one end outside the range, sent after the ignored one:
+		// once the sniffer has logged it, it has seen the ignored one too.
+		sendUntilLogged(t, c, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 9}, "payload n0f1e2d3c4b5a6978 end", buf,
+			"sniff if=lo", "dst=127.0.0.2", "nonces=n0f1e2d3c4b5a697")
+		if strings.Contains(buf.String(), "nonces=nfedcba987654321") {
+			t.Errorf("the sniffer logged traffic inside -sniff-ignore:\n%s", buf.String())
+		}
+	})
+	// With 127.0.0.0/16 as the session pool, 127.0.5.0/24 is a session
+	// network whose router is 127.0.5.2: only frames between that address
+	// and another of the same /24 go unlogged.
+	t.Run("only a session's own traffic", func(t *testing.T) {
+		r, buf := startExtras(t, options{sniff: true, sniffSessions: "127.0.0.0/16", udpAddr: "127.0.5.2:0"})
+		port := r.udp[0].LocalAddr().(*net.UDPAddr).Port
+		own := listenUDPOn(t, "127.0.5.9")
+		if _, err := own.WriteTo([]byte("payload n1111111111111111 end"), r.udp[0].LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitBuf(t, buf, "udp datagram", "n1111111111111111")
+		// Frames sent after the ignored one: once each is logged, the
+		// sniffer has seen the ignored one too.
+		for _, c := range []struct {
+			from, to, nonce string
+		}{
+			{"127.0.5.9", "127.0.6.2", "n2222222222222222"},  // to another session's router
+			{"127.0.5.9", "127.0.5.10", "n3333333333333333"}, // two addresses of one session network, neither its router
+			{"127.0.6.9", "127.0.5.9", "n4444444444444444"},  // between two session networks
+		} {
+			sendUntilLogged(t, listenUDPOn(t, c.from), &net.UDPAddr{IP: net.ParseIP(c.to), Port: port}, "payload "+c.nonce+" end", buf,
+				"sniff if=lo", "src="+c.from+" ", "dst="+c.to+" ", "nonces="+c.nonce[:16])
+		}
+		if strings.Contains(buf.String(), "nonces=n111111111111111") {
+			t.Errorf("the sniffer logged a session's own traffic (to its router at .2):\n%s", buf.String())
+		}
+	})
 }
 
 func TestSnifferRefusesANarrowSessionPool(t *testing.T) {
@@ -322,50 +322,48 @@ func listenUDPOn(t *testing.T, ip string) net.PacketConn {
 }
 
 // TestUnreachableRoute adds and removes the route in a network namespace
-// of its own, on a thread that is thrown away afterwards.
+// of its own: it runs itself again under unshare, as root of a new user
+// namespace that owns a new network namespace (no root needed, and the
+// host's routes are never touched).
 func TestUnreachableRoute(t *testing.T) {
-	done := make(chan struct{})
-	var unshareErr error
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if unshareErr = syscall.Unshare(syscall.CLONE_NEWNET); unshareErr != nil {
-			return
-		}
-		p := netip.MustParsePrefix("10.89.0.0/16")
-		if err := addUnreachable(p); err != nil {
-			t.Errorf("add: %v", err)
-			return
-		}
-		if got := routeLines(t); !slices.Contains(got, "0000590A 0000FFFF reject") {
-			t.Errorf("no unreachable route for %s after adding it: %q", p, got)
-		}
-		if err := addUnreachable(p); err != nil {
-			t.Errorf("adding it again (as after a killed fake): %v", err)
-		}
-		if got := routeLines(t); len(got) != 1 {
-			t.Errorf("want one route after adding it twice: %q", got)
-		}
-		if err := delUnreachable(p); err != nil {
-			t.Errorf("delete: %v", err)
-		}
-		if got := routeLines(t); len(got) != 0 {
-			t.Errorf("routes left after the delete: %q", got)
-		}
-	}()
-	<-done
-	if err := unshareErr; err != nil {
-		if (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)) && os.Getenv("CI") == "" && os.Geteuid() != 0 {
-			t.Skipf("cannot make a network namespace; run go test as root to run this test: %v", err)
-		}
-		t.Fatalf("unshare a network namespace (make test must run as root): %v", err)
+	if os.Getenv("FAKEUPSTREAM_TEST_OWN_NETNS") == "1" {
+		unreachableRouteInOwnNetns(t)
+		return
+	}
+	cmd := exec.Command("unshare", "--map-root-user", "--net", os.Args[0], "-test.run=^TestUnreachableRoute$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FAKEUPSTREAM_TEST_OWN_NETNS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnreachableRoute") {
+		t.Fatalf("the test in a network namespace of its own (unshare --map-root-user --net): %v\n%s", err, out)
 	}
 }
 
-// routeLines are this thread's network namespace's IPv4 routes as
+func unreachableRouteInOwnNetns(t *testing.T) {
+	p := netip.MustParsePrefix("10.89.0.0/16")
+	if err := addUnreachable(p); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	if got := routeLines(t); !slices.Contains(got, "0000590A 0000FFFF reject") {
+		t.Errorf("no unreachable route for %s after adding it: %q", p, got)
+	}
+	if err := addUnreachable(p); err != nil {
+		t.Errorf("adding it again (as after a killed fake): %v", err)
+	}
+	if got := routeLines(t); len(got) != 1 {
+		t.Errorf("want one route after adding it twice: %q", got)
+	}
+	if err := delUnreachable(p); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if got := routeLines(t); len(got) != 0 {
+		t.Errorf("routes left after the delete: %q", got)
+	}
+}
+
+// routeLines are the network namespace's IPv4 routes as
 // "destination mask reject|-", in /proc/net/route's hexadecimal.
 func routeLines(t *testing.T) []string {
-	b, err := os.ReadFile("/proc/thread-self/net/route")
+	b, err := os.ReadFile("/proc/self/net/route")
 	if err != nil {
 		t.Error(err)
 		return nil
