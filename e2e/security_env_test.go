@@ -39,7 +39,10 @@ const (
 	// rebindSuffix names answer with the address in their first label.
 	rebindSuffix = "rebind.test"
 	// sessionPool is where podman puts networks created without a subnet,
-	// the sessions' among them.
+	// the sessions' among them: /24s, the router at .2 of each. The
+	// sniffer leaves out frames between such a .2 and another address of
+	// its /24 (an agent and its router); the egress network is outside
+	// the pool, so no other traffic has that shape.
 	sessionPool = "10.89.0.0/16"
 )
 
@@ -227,10 +230,17 @@ func (e *secEnv) startGateway() error {
 		"-cert", filepath.Join(harness.fakeDir, "server.pem"), "-key", filepath.Join(harness.fakeDir, "server.key"),
 		"-ca-cert", filepath.Join(harness.fakeDir, "ca.pem"), "-ca-key", filepath.Join(harness.fakeDir, "ca.key"),
 		"-tcp-addr", ":22,:2222", "-udp-addr", ":443", "-http-addr", ":80", "-proxy-addr", ":3128",
-		// Sessions talk to their routers inside podman's default pool; that
-		// traffic carries blocked nonces by design. Where the session
-		// bridge has no address (podman 4) it is not watched anyway.
-		"-sniff", "-sniff-ignore", sessionPool, "-exit-on-stdin-eof"}
+		// The sniffer logs every frame with a nonce but an agent's own
+		// traffic to its router (the .2 of its session /24), which carries
+		// blocked nonces by design; between two sessions, it logs all.
+		"-sniff", "-sniff-sessions", sessionPool,
+		// A session network's bridge has no address here (it is internal,
+		// without a gateway), so its /24 has no route: a packet to it that
+		// got this far would follow the default route out through
+		// slirp4netns or pasta, off the machine. The rows that target
+		// another session's addresses rely on this route to keep such a
+		// packet here, where the sniffer sees it on the veth it came from.
+		"-unreachable", sessionPool, "-exit-on-stdin-eof"}
 	e.gw = exec.Command("podman", args...)
 	if e.gwStdin, err = e.gw.StdinPipe(); err != nil {
 		return err

@@ -27,7 +27,7 @@ import (
 // the egress network) and must arrive there, so a blind harness cannot
 // pass. Probes are batched: one main session, one with the canaries'
 // ranges allowed, one control container, one nested-podman session; rows
-// 13 and 14 run their own sessions.
+// 13, 14 and 27 run their own sessions.
 func TestSecurity(t *testing.T) {
 	env, err := startSecEnv()
 	t.Cleanup(env.close)
@@ -74,6 +74,9 @@ var secRows = []struct {
 	{12, "no podman API socket or host runtime directory is visible inside", (*secSuite).row12},
 	{13, "router and forwarder are invisible; killing either fails closed and ends the session non-zero", (*secSuite).row13},
 	{14, "a router whose config fails to load stops the launch before the agent starts", (*secSuite).row14},
+	// Rows 15-20 are TestFileBoundary's (files_test.go).
+	{27, "another session: a second session reaches neither a running session's router (DNS, its port entry, 443, its egress address) nor its pod (TCP, UDP, MSG_DONTROUTE); the sniffer sees traffic on session bridges", (*secSuite).row27},
+	{28, "the uplink: sends to the machine leave podman's network namespace through slirp4netns or pasta, and the sniffer logs them there", (*secSuite).row28},
 }
 
 // secSuite holds the shared sessions' probes and results.

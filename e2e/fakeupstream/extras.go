@@ -48,15 +48,35 @@ func (r *running) startExtras(o options) error {
 		if err != nil {
 			return err
 		}
-		s, err := startSniffer(r.log, ignore...)
+		sessions, err := parsePrefixes(o.sniffSessions)
+		if err != nil {
+			return err
+		}
+		s, err := startSniffer(r.log, ignore, sessions)
 		if err != nil {
 			return fmt.Errorf("sniff: %w", err)
 		}
 		r.add(s)
 		r.sniffing = true
 	}
+	unreachable, err := parsePrefixes(o.unreachable)
+	if err != nil {
+		return err
+	}
+	for _, p := range unreachable {
+		if err := addUnreachable(p); err != nil {
+			return err
+		}
+		r.add(unreachableRoute(p))
+		r.unreachable = append(r.unreachable, p)
+	}
 	return nil
 }
+
+// unreachableRoute removes its route when closed.
+type unreachableRoute netip.Prefix
+
+func (u unreachableRoute) Close() error { return delUnreachable(netip.Prefix(u)) }
 
 func (r *running) extrasString() string {
 	var b strings.Builder
@@ -82,6 +102,13 @@ func (r *running) extrasString() string {
 	}
 	if r.sniffing {
 		b.WriteString(" sniff=on")
+	}
+	if len(r.unreachable) > 0 {
+		var s []string
+		for _, p := range r.unreachable {
+			s = append(s, p.String())
+		}
+		fmt.Fprintf(&b, " unreachable=%s", strings.Join(s, ","))
 	}
 	return b.String()
 }

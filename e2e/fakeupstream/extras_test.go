@@ -5,7 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
+	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,7 +215,7 @@ func TestHTTPSRecordsCarryECH(t *testing.T) {
 // only a developer's `go test` without root skips.
 func needSniffer(t *testing.T) {
 	t.Helper()
-	s, err := startSniffer(&eventLog{w: io.Discard})
+	s, err := startSniffer(&eventLog{w: io.Discard}, nil, nil)
 	if err == nil {
 		_ = s.Close()
 		return
@@ -255,19 +259,127 @@ func TestSnifferLogsNonceFrames(t *testing.T) {
 		"sniff if=lo", "src=127.0.0.1", "nonces=n0123456789abcde")
 }
 
-func TestSnifferIgnoresTrafficWithinIgnoredRanges(t *testing.T) {
+func TestSnifferIgnores(t *testing.T) {
 	needSniffer(t)
-	r, buf := startExtras(t, options{sniff: true, sniffIgnore: "127.0.0.1/32", udpAddr: "127.0.0.1:0"})
-	c := listenUDP(t)
-	if _, err := c.WriteTo([]byte("payload nfedcba9876543210 end"), r.udp[0].LocalAddr()); err != nil {
+	t.Run("traffic within ignored ranges", func(t *testing.T) {
+		r, buf := startExtras(t, options{sniff: true, sniffIgnore: "127.0.0.1/32", udpAddr: "127.0.0.1:0"})
+		c := listenUDP(t)
+		if _, err := c.WriteTo([]byte("payload nfedcba9876543210 end"), r.udp[0].LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitBuf(t, buf, "udp datagram", "nfedcba9876543210")
+		// A frame with one end outside the range, sent after the ignored one:
+		// once the sniffer has logged it, it has seen the ignored one too.
+		sendUntilLogged(t, c, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 9}, "payload n0f1e2d3c4b5a6978 end", buf,
+			"sniff if=lo", "dst=127.0.0.2", "nonces=n0f1e2d3c4b5a697")
+		if strings.Contains(buf.String(), "nonces=nfedcba987654321") {
+			t.Errorf("the sniffer logged traffic inside -sniff-ignore:\n%s", buf.String())
+		}
+	})
+	// With 127.0.0.0/16 as the session pool, 127.0.5.0/24 is a session
+	// network whose router is 127.0.5.2: only frames between that address
+	// and another of the same /24 go unlogged.
+	t.Run("only a session's own traffic", func(t *testing.T) {
+		r, buf := startExtras(t, options{sniff: true, sniffSessions: "127.0.0.0/16", udpAddr: "127.0.5.2:0"})
+		port := r.udp[0].LocalAddr().(*net.UDPAddr).Port
+		own := listenUDPOn(t, "127.0.5.9")
+		if _, err := own.WriteTo([]byte("payload n1111111111111111 end"), r.udp[0].LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		waitBuf(t, buf, "udp datagram", "n1111111111111111")
+		// Frames sent after the ignored one: once each is logged, the
+		// sniffer has seen the ignored one too.
+		for _, c := range []struct {
+			from, to, nonce string
+		}{
+			{"127.0.5.9", "127.0.6.2", "n2222222222222222"},  // to another session's router
+			{"127.0.5.9", "127.0.5.10", "n3333333333333333"}, // two addresses of one session network, neither its router
+			{"127.0.6.9", "127.0.5.9", "n4444444444444444"},  // between two session networks
+		} {
+			sendUntilLogged(t, listenUDPOn(t, c.from), &net.UDPAddr{IP: net.ParseIP(c.to), Port: port}, "payload "+c.nonce+" end", buf,
+				"sniff if=lo", "src="+c.from+" ", "dst="+c.to+" ", "nonces="+c.nonce[:16])
+		}
+		if strings.Contains(buf.String(), "nonces=n111111111111111") {
+			t.Errorf("the sniffer logged a session's own traffic (to its router at .2):\n%s", buf.String())
+		}
+	})
+}
+
+func TestSnifferRefusesANarrowSessionPool(t *testing.T) {
+	if _, err := startSniffer(&eventLog{w: io.Discard}, nil, []netip.Prefix{netip.MustParsePrefix("10.89.0.0/25")}); err == nil {
+		t.Errorf("a session pool narrower than /24 was accepted")
+	}
+}
+
+func listenUDPOn(t *testing.T, ip string) net.PacketConn {
+	t.Helper()
+	c, err := net.ListenPacket("udp", ip+":0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitBuf(t, buf, "udp datagram", "nfedcba9876543210")
-	// A frame with one end outside the range, sent after the ignored one:
-	// once the sniffer has logged it, it has seen the ignored one too.
-	sendUntilLogged(t, c, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 9}, "payload n0f1e2d3c4b5a6978 end", buf,
-		"sniff if=lo", "dst=127.0.0.2", "nonces=n0f1e2d3c4b5a697")
-	if strings.Contains(buf.String(), "nonces=nfedcba987654321") {
-		t.Errorf("the sniffer logged traffic inside -sniff-ignore:\n%s", buf.String())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestUnreachableRoute adds and removes the route in a network namespace
+// of its own: it runs itself again under unshare, as root of a new user
+// namespace that owns a new network namespace (no root needed, and the
+// host's routes are never touched).
+func TestUnreachableRoute(t *testing.T) {
+	if os.Getenv("FAKEUPSTREAM_TEST_OWN_NETNS") == "1" {
+		unreachableRouteInOwnNetns(t)
+		return
 	}
+	cmd := exec.Command("unshare", "--map-root-user", "--net", os.Args[0], "-test.run=^TestUnreachableRoute$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FAKEUPSTREAM_TEST_OWN_NETNS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnreachableRoute") {
+		t.Fatalf("the test in a network namespace of its own (unshare --map-root-user --net): %v\n%s", err, out)
+	}
+}
+
+func unreachableRouteInOwnNetns(t *testing.T) {
+	p := netip.MustParsePrefix("10.89.0.0/16")
+	if err := addUnreachable(p); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	if got := routeLines(t); !slices.Contains(got, "0000590A 0000FFFF reject") {
+		t.Errorf("no unreachable route for %s after adding it: %q", p, got)
+	}
+	if err := addUnreachable(p); err != nil {
+		t.Errorf("adding it again (as after a killed fake): %v", err)
+	}
+	if got := routeLines(t); len(got) != 1 {
+		t.Errorf("want one route after adding it twice: %q", got)
+	}
+	if err := delUnreachable(p); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if got := routeLines(t); len(got) != 0 {
+		t.Errorf("routes left after the delete: %q", got)
+	}
+}
+
+// routeLines are the network namespace's IPv4 routes as
+// "destination mask reject|-", in /proc/net/route's hexadecimal.
+func routeLines(t *testing.T) []string {
+	b, err := os.ReadFile("/proc/self/net/route")
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			continue
+		}
+		flags, _ := strconv.ParseUint(f[3], 16, 32)
+		rej := "-"
+		if flags&0x0200 != 0 { // RTF_REJECT
+			rej = "reject"
+		}
+		out = append(out, f[1]+" "+f[7]+" "+rej)
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,11 +38,18 @@ type options struct {
 	ipNames string
 	ipAllow string
 	// sniff logs every frame in the network namespace that carries a
-	// nonce and touches a subnet with an address here, or IPv6.
+	// nonce, but for the two kinds below.
 	sniff bool
 	// sniffIgnore: frames whose source and destination both lie in these
-	// CIDRs are not logged (a session's own traffic to its router).
+	// CIDRs are not logged.
 	sniffIgnore string
+	// sniffSessions: pools of session networks (/24s, router at .2); a
+	// frame between a /24's .2 and another address of it (an agent and
+	// its router) is not logged.
+	sniffSessions string
+	// unreachable: CIDRs given an unreachable route in the network
+	// namespace while the fake runs, removed when it stops.
+	unreachable string
 	// stdinEOF stops the fake when its stdin closes, so that a parent that
 	// cannot signal it (podman unshare) ends it by closing a pipe.
 	stdinEOF bool
@@ -71,6 +79,8 @@ func main() {
 	flag.StringVar(&o.sniffIgnore, "sniff-ignore", "", "CIDRs: frames between two addresses in them are not logged")
 	flag.StringVar(&o.gitHosts, "git-hosts", "", "names whose HTTPS requests go to git http-backend, comma-separated")
 	flag.StringVar(&o.gitRoot, "git-root", "", "directory of the bare repositories the git hosts serve")
+	flag.StringVar(&o.sniffSessions, "sniff-sessions", "", "session pools, comma-separated: frames between a /24's .2 (its router) and another address of that /24 are not logged")
+	flag.StringVar(&o.unreachable, "unreachable", "", "CIDRs to give an unreachable route in this network namespace while running (needs CAP_NET_ADMIN)")
 	flag.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "stop when stdin closes")
 	flag.Parse()
 
@@ -109,17 +119,19 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 
 // running holds the bound listeners; tests use their addresses.
 type running struct {
-	log       *eventLog
-	dnsUDP    net.PacketConn
-	dnsTCP    net.Listener
-	tls       net.Listener
-	tcp       []net.Listener
-	udp       []net.PacketConn
-	http      []net.Listener
-	proxy     []net.Listener
-	sniffing  bool
-	git       *gitServer
-	listeners []io.Closer
+	log      *eventLog
+	dnsUDP   net.PacketConn
+	dnsTCP   net.Listener
+	tls      net.Listener
+	tcp      []net.Listener
+	udp      []net.PacketConn
+	http     []net.Listener
+	proxy    []net.Listener
+	sniffing bool
+	git      *gitServer
+	// unreachable are the routes added for -unreachable.
+	unreachable []netip.Prefix
+	listeners   []io.Closer
 }
 
 func start(o options, log *eventLog) (_ *running, err error) {

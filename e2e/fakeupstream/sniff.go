@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // nonceLike matches the first 16 characters of the suite's nonces ("n" and
@@ -19,29 +18,43 @@ import (
 var nonceLike = regexp.MustCompile(`(?i)n[0-9a-f]{15}`)
 
 // sniffer sees every frame in its network namespace. Run in podman's
-// rootless network namespace, that is every bridge and the slirp4netns
-// link to the host: whatever left a router, a fake or a canary, and
-// anything that would leave the machine. It logs only frames that carry a
-// nonce and touch a watched subnet: those of interfaces with an IPv4
-// address here (the egress and canary bridges, slirp4netns, loopback). A
-// session network's bridge has no address, so the agent's own traffic to
-// its router, which carries blocked nonces by design, is not logged.
+// rootless network namespace, that is every container's veth and every
+// bridge, whether or not the bridge has an address there (a session
+// network's has none: it is internal and has no gateway), and the link
+// to the host (slirp4netns's tap0 under podman 4, pasta's interface under
+// podman 5): whatever left a router, a pod, a fake or a canary, and
+// anything that would leave the machine. It logs every frame that carries
+// a nonce, with the interface it was seen on, except two kinds:
+//   - frames whose source and destination both lie in one of ignore
+//     (-sniff-ignore);
+//   - a session's own traffic (-sniff-sessions POOL): session networks are
+//     /24s of POOL with the router at .2, and a frame between the .2 of a
+//     /24 and another address of the same /24 is an agent talking to its
+//     router, which carries blocked nonces by design. A frame between two
+//     session networks, or between two other addresses of one, is logged.
+//
 // IPv6 frames are logged whatever their addresses: no test traffic uses
 // IPv6, so any IPv6 frame with a nonce is a path the suite must see.
 type sniffer struct {
-	log     *eventLog
-	ignore  []netip.Prefix
-	fd      int
-	stopped atomic.Bool
-	done    chan struct{}
+	log      *eventLog
+	ignore   []netip.Prefix
+	sessions []netip.Prefix
+	fd       int
+	stopped  atomic.Bool
+	done     chan struct{}
 
-	mu       sync.Mutex
-	watched  []netip.Prefix
-	names    map[int]string
-	refreshd time.Time
+	mu    sync.Mutex
+	names map[int]string
 }
 
-func startSniffer(log *eventLog, ignore ...netip.Prefix) (*sniffer, error) {
+// startSniffer starts logging; ignore and sessions are the two kinds of
+// frames it leaves out (see sniffer). Each of sessions must be /24 or wider.
+func startSniffer(log *eventLog, ignore, sessions []netip.Prefix) (*sniffer, error) {
+	for _, p := range sessions {
+		if !p.Addr().Is4() || p.Bits() > 24 {
+			return nil, fmt.Errorf("session pool %s: want an IPv4 prefix of /24 or wider", p)
+		}
+	}
 	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, int(htons(syscall.ETH_P_ALL)))
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w (the sniffer needs CAP_NET_RAW: run it as root of the namespace, e.g. under podman unshare)", err)
@@ -53,7 +66,7 @@ func startSniffer(log *eventLog, ignore ...netip.Prefix) (*sniffer, error) {
 		return nil, err
 	}
 	_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<20)
-	s := &sniffer{log: log, ignore: ignore, fd: fd, done: make(chan struct{})}
+	s := &sniffer{log: log, ignore: ignore, sessions: sessions, fd: fd, done: make(chan struct{})}
 	s.refresh()
 	go s.loop()
 	return s, nil
@@ -92,13 +105,8 @@ func (s *sniffer) frame(ifindex int, f []byte) {
 	if !ok {
 		src, dst = netip.Addr{}, netip.Addr{}
 	}
-	if ok && src.Is4() && !s.watches(src) && !s.watches(dst) {
+	if ok && s.ignored(src, dst) {
 		return
-	}
-	for _, p := range s.ignore {
-		if ok && p.Contains(src) && p.Contains(dst) {
-			return
-		}
 	}
 	seen := map[string]bool{}
 	var found []string
@@ -123,44 +131,42 @@ func ipHeader(ethertype uint16, p []byte) (src, dst netip.Addr, proto int, ok bo
 	return netip.Addr{}, netip.Addr{}, 0, false
 }
 
-func (s *sniffer) watches(a netip.Addr) bool {
-	s.mu.Lock()
-	stale := time.Since(s.refreshd) > time.Second
-	s.mu.Unlock()
-	if stale {
-		s.refresh()
+// ignored says whether a frame from src to dst is one the sniffer leaves
+// out: inside an -sniff-ignore range, or a session's own traffic between
+// its router (.2 of its /24) and another address of that /24.
+func (s *sniffer) ignored(src, dst netip.Addr) bool {
+	for _, p := range s.ignore {
+		if p.Contains(src) && p.Contains(dst) {
+			return true
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range s.watched {
-		if p.Contains(a) {
+	for _, pool := range s.sessions {
+		if !pool.Contains(src) || !pool.Contains(dst) {
+			continue
+		}
+		lan, _ := src.Prefix(24)
+		if !lan.Contains(dst) {
+			continue
+		}
+		router := lan.Addr().Next().Next()
+		if src == router || dst == router {
 			return true
 		}
 	}
 	return false
 }
 
-// refresh rereads the interfaces: bridges come and go with networks.
+// refresh rereads the interfaces' names: bridges and veths come and go
+// with networks and containers.
 func (s *sniffer) refresh() {
-	var watched []netip.Prefix
 	names := map[int]string{}
 	ifaces, _ := net.Interfaces()
 	for _, ifc := range ifaces {
 		names[ifc.Index] = ifc.Name
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok || ipn.IP.To4() == nil {
-				continue
-			}
-			ones, _ := ipn.Mask.Size()
-			addr, _ := netip.AddrFromSlice(ipn.IP.To4())
-			watched = append(watched, netip.PrefixFrom(addr, ones).Masked())
-		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.watched, s.names, s.refreshd = watched, names, time.Now()
+	s.names = names
 }
 
 func (s *sniffer) ifname(index int) string {
