@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// mode is one cluster of a figure's samples: its median, range and size.
+type mode struct {
+	median, lo, hi float64
+	n              int
+}
+
+// maxModes bounds how many clusters modes reports.
+const maxModes = 3
+
+// modes splits samples into clusters at wide gaps, so that a figure with
+// two modes (podman 4.3.1's `podman run` waits either about 0.13 s or,
+// when its wait is interrupted, 0.25 s more: see BENCHMARKS.md) is shown as
+// two values instead of a median that lands on either. A gap splits when
+// it is at least a quarter of the median below it and at least three times
+// the median gap between neighbouring samples, and leaves on each side at
+// least 2 samples and a tenth of them all; the widest such gap splits
+// first, up to maxModes clusters. Returned lowest first.
+func modes(samples []float64) []mode {
+	v := slices.Clone(samples)
+	if len(v) == 0 {
+		return nil
+	}
+	sort.Float64s(v)
+	minSize := max(2, int(math.Ceil(float64(len(v))/10)))
+	gaps := make([]float64, 0, len(v))
+	for i := 1; i < len(v); i++ {
+		gaps = append(gaps, v[i]-v[i-1])
+	}
+	sort.Float64s(gaps)
+	typical := median(gaps)
+	parts := [][]float64{v}
+	for len(parts) < maxModes {
+		bestPart, bestAt, bestGap := -1, 0, 0.0
+		for p, part := range parts {
+			for i := minSize; i <= len(part)-minSize; i++ {
+				g := part[i] - part[i-1]
+				if g < 0.25*median(part[:i]) || g < 3*typical || g <= bestGap {
+					continue
+				}
+				bestPart, bestAt, bestGap = p, i, g
+			}
+		}
+		if bestPart < 0 {
+			break
+		}
+		part := parts[bestPart]
+		parts = slices.Replace(parts, bestPart, bestPart+1, part[:bestAt], part[bestAt:])
+	}
+	out := make([]mode, len(parts))
+	for i, p := range parts {
+		out[i] = mode{median: median(p), lo: p[0], hi: p[len(p)-1], n: len(p)}
+	}
+	return out
+}
+
+// median of sorted values.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// formatModes writes clusters as "0.131 s (18 runs, 0.120–0.160)".
+func formatModes(ms []mode, unit string, scale float64) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		runs := "runs"
+		if m.n == 1 {
+			runs = "run"
+		}
+		parts[i] = fmt.Sprintf("%.3f %s (%d %s, %.3f–%.3f)", m.median*scale, unit, m.n, runs, m.lo*scale, m.hi*scale)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// startupKeys are the start-up figures whose distribution the report
+// shows, in order.
+var startupKeys = []struct{ key, name string }{
+	{"t_bare", "T_bare (`--network none`)"},
+	{"t_bare_slirp", "T_bare_slirp (default network: its own slirp4netns)"},
+	{"t_bare_net", "T_bare_net (egress network, rootless netns kept up)"},
+	{"t_cli", "T_cli"},
+	{"t_session", "T_session"},
+	{"t_agent", "T_agent"},
+}
+
+// startupDistributions shows each start-up figure's spread and modes, and
+// every start-up target computed from the minima as well as from the
+// medians: on a shared machine the minimum is each command's least
+// disturbed run, the median its typical one.
+func startupDistributions(s samples, w io.Writer) {
+	var rows []string
+	for _, k := range startupKeys {
+		st, ok := s.stat(k.key)
+		if !ok {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %d | %.3f s | %.3f s | %.3f s | %s |",
+			k.name, st.n, st.lo, st.median, st.hi, formatModes(modes(s[k.key]), "s", 1)))
+	}
+	writeTable(w, "Each start-up figure's spread over all its runs, and its modes (clusters of runs split at wide gaps: one mode means none was found):",
+		"| figure | n | min | median | max | modes: median (runs, range) |", "|---|---:|---:|---:|---:|---|", rows)
+	rows = nil
+	for _, f := range figures {
+		if f.group != "Start-up" || f.base == "" {
+			continue
+		}
+		st, ok1 := s.stat(f.key)
+		bs, ok2 := s.stat(f.base)
+		if !ok1 || !ok2 || bs.median == 0 || bs.lo == 0 {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %s / %s | %.2f | %.2f | %s |",
+			strings.SplitN(f.name, ":", 2)[0], f.baseName, st.median/bs.median, st.lo/bs.lo, f.target))
+	}
+	writeTable(w, "The start-up targets by the medians (as in the results table) and by the minima:",
+		"| ratio | of medians | of minima | target |", "|---|---:|---:|---|", rows)
+	for _, l := range []struct{ key, part string }{{"load_startup", "start-up rounds"}, {"load_data", "data-path rounds"}} {
+		if st, ok := s.stat(l.key); ok {
+			fmt.Fprintf(w, "\nThe machine's 1-minute load average before and after each of the %s: median %.2f (%.2f–%.2f, n=%d) on %s cores.\n",
+				l.part, st.median, st.lo, st.hi, st.n, s.param("cores", "2"))
+		}
+	}
+}
