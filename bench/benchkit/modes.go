@@ -22,10 +22,13 @@ const maxModes = 3
 // two modes (podman 4.3.1's `podman run` waits either about 0.13 s or,
 // when its wait is interrupted, 0.25 s more: see BENCHMARKS.md) is shown as
 // two values instead of a median that lands on either. A gap splits when
-// it is at least a quarter of the median below it and at least three times
-// the median gap between neighbouring samples, and leaves on each side at
-// least 2 samples and a tenth of them all; the widest such gap splits
-// first, up to maxModes clusters. Returned lowest first.
+// it is at least a quarter of the median below it and at least as wide as
+// the range of the samples on either side of it, and leaves on each side
+// at least 2 samples and a tenth of them all; the widest such gap splits
+// first, up to maxModes clusters. Load from others spreads every figure,
+// and a spread without such a gap is one mode: the second mode of a bare
+// `podman run` stands out on a quiet machine and drowns in a busy one's
+// noise. Returned lowest first.
 func modes(samples []float64) []mode {
 	v := slices.Clone(samples)
 	if len(v) == 0 {
@@ -33,19 +36,14 @@ func modes(samples []float64) []mode {
 	}
 	sort.Float64s(v)
 	minSize := max(2, int(math.Ceil(float64(len(v))/10)))
-	gaps := make([]float64, 0, len(v))
-	for i := 1; i < len(v); i++ {
-		gaps = append(gaps, v[i]-v[i-1])
-	}
-	sort.Float64s(gaps)
-	typical := median(gaps)
 	parts := [][]float64{v}
 	for len(parts) < maxModes {
 		bestPart, bestAt, bestGap := -1, 0, 0.0
 		for p, part := range parts {
 			for i := minSize; i <= len(part)-minSize; i++ {
 				g := part[i] - part[i-1]
-				if g < 0.25*median(part[:i]) || g < 3*typical || g <= bestGap {
+				spread := max(part[i-1]-part[0], part[len(part)-1]-part[i])
+				if g < 0.25*median(part[:i]) || g < spread || g <= bestGap {
 					continue
 				}
 				bestPart, bestAt, bestGap = p, i, g

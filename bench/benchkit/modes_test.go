@@ -23,6 +23,10 @@ func TestModes(t *testing.T) {
 		// One slow run is an outlier, not a mode.
 		{"an outlier", []float64{0.13, 0.14, 0.135, 0.132, 0.138, 0.9},
 			[]mode{{0.1365, 0.13, 0.9, 6}}},
+		// A busy machine's bare runs (bench/run at load 5.5–7): a gap, but
+		// no wider than the spread on either side of it.
+		{"load, not a mode", []float64{0.153, 0.16, 0.165, 0.17, 0.175, 0.177, 0.18, 0.19, 0.2, 0.229, 0.282, 0.29, 0.306, 0.35, 0.454},
+			[]mode{{0.19, 0.153, 0.454, 15}}},
 		{"three modes", []float64{0.1, 0.11, 0.105, 0.5, 0.51, 0.52, 1.5, 1.52, 1.49},
 			[]mode{{0.105, 0.1, 0.11, 3}, {0.51, 0.5, 0.52, 3}, {1.5, 1.49, 1.52, 3}}},
 	} {
