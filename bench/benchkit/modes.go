@@ -129,10 +129,26 @@ func startupDistributions(s samples, w io.Writer) {
 	}
 	writeTable(w, "The start-up targets by the medians (as in the results table) and by the minima:",
 		"| ratio | of medians | of minima | target |", "|---|---:|---:|---|", rows)
-	for _, l := range []struct{ key, part string }{{"load_startup", "start-up rounds"}, {"load_data", "data-path rounds"}} {
-		if st, ok := s.stat(l.key); ok {
-			fmt.Fprintf(w, "\nThe machine's 1-minute load average before and after each of the %s: median %.2f (%.2f–%.2f, n=%d) on %s cores.\n",
-				l.part, st.median, st.lo, st.hi, st.n, s.param("cores", "2"))
-		}
+	for _, l := range []struct{ key, part string }{{"startup", "start-up rounds"}, {"data", "data-path rounds"}} {
+		loadAround(s, l.key, l.part, w)
 	}
+}
+
+// loadAround says how busy the machine was around a part's rounds: the
+// load average before and after each, and how busy the cores were in the
+// half second before each started (bench/run waits for a lull).
+func loadAround(s samples, key, part string, w io.Writer) {
+	st, ok := s.stat("load_" + key)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "\nThe machine's 1-minute load average before and after each of the %s: median %.2f (%.2f–%.2f, n=%d) on %s cores.",
+		part, st.median, st.lo, st.hi, st.n, s.param("cores", "2"))
+	busy, ok1 := s.stat(key + "_busy_pct")
+	wait, ok2 := s.stat(key + "_wait_s")
+	if ok1 && ok2 {
+		fmt.Fprintf(w, " In the half second before each round the cores were %.0f %% busy (median; %.0f–%.0f %%); waiting for that lull took %.1f s (median; at most %.1f s).",
+			busy.median, busy.lo, busy.hi, wait.median, wait.hi)
+	}
+	fmt.Fprintln(w)
 }
