@@ -67,8 +67,12 @@ tmp=$(mktemp -d "$XDG_RUNTIME_DIR/$name.XXXXXX")
 for f in "$CONF_DIR"/*; do
 	[ "${f##*/}" = forwards.env ] || sed "s/@ROUTER_IP@/$rip/g" "$f" >"$tmp/${f##*/}"
 done
-chmod 0755 "$tmp"
 chmod 0644 "$tmp"/*
+# nginx's TLS server listens on a socket in tls/, which the router mounts
+# and the forwarder mounts read-only, as in a session.
+mkdir -m 0755 "$tmp/tls"
+chmod 0755 "$tmp"
+tls=/run/agent-sandbox-tls
 forwards=(-v "$tmp:/etc/router:ro,z" -e FORWARDS_FILE=/etc/router/forwards)
 if [ -r "$CONF_DIR/forwards.env" ]; then
 	forwards=(-e FORWARDS="$(sed "s/@ROUTER_IP@/$rip/g" "$CONF_DIR/forwards.env")")
@@ -76,9 +80,10 @@ fi
 
 podman run -d --name "$name-router" --label "$LABEL" --init \
 	--network "$name:ip=$rip" --network "$EGRESS" \
-	-v "$tmp:/etc/router:ro,z" \
+	-v "$tmp:/etc/router:ro,z" -v "$tmp/tls:$tls:z" \
 	-e UPSTREAM_DNS="${AGENT_SANDBOX_UPSTREAM_DNS:-}" -e UPSTREAM_ALLOW="${AGENT_SANDBOX_UPSTREAM_ALLOW:-}" \
-	-e READY_ADDR="$rip" \
+	-e READY_ADDR="$rip" -e TLS_SOCKET="$tls/tls.sock" \
+	-e HOST_ADDRS="$(hostname -I | xargs | tr ' ' ,)" \
 	"$ROUTER_IMAGE" >/dev/null
 wait_ready "$name-router" "routerd: ready"
 
@@ -86,7 +91,7 @@ podman pod create --name "$name" --label "$LABEL" --hostname agent-sandbox \
 	--network "$name" --dns "$rip" --no-hosts --userns keep-id:uid=1000,gid=1000 >/dev/null
 podman run -d --name "$name-forwarder" --label "$LABEL" --pod "$name" \
 	--user 0:0 --read-only --cap-drop all --cap-add NET_BIND_SERVICE \
-	--entrypoint /usr/local/bin/forwarder "${forwards[@]}" \
+	--entrypoint /usr/local/bin/forwarder "${forwards[@]}" -v "$tmp/tls:$tls:ro,z" \
 	"$ROUTER_IMAGE" >/dev/null
 wait_ready "$name-forwarder" "forwarder: ready"
 

@@ -143,7 +143,8 @@ type figure struct {
 }
 
 var figures = []figure{
-	{group: "Start-up", name: "T_bare: `podman run --rm` sandbox image `true`", key: "t_bare", unit: "s", scale: 1, notes: "baseline"},
+	{group: "Start-up", name: "T_bare: `podman run --rm --network none` sandbox image `true`", key: "t_bare", unit: "s", scale: 1, notes: "baseline"},
+	{group: "Start-up", name: "T_bare_slirp: `podman run --rm` sandbox image `true`, default network (bimodal: see its modes)", key: "t_bare_slirp", unit: "s", scale: 1, notes: "reference"},
 	{group: "Start-up", name: "T_cli: bench/session-cli.sh", key: "t_cli", unit: "s", scale: 1, notes: "baseline"},
 	{group: "Start-up", name: "T_agent: launch to the agent's first instruction", key: "t_agent", base: "t_bare", baseName: "T_bare", unit: "s", scale: 1, limit: 3, atMost: true, target: "≤ 3 × T_bare"},
 	{group: "Start-up", name: "T_session: `agent-sandbox --exec true`", key: "t_session", base: "t_bare", baseName: "T_bare", unit: "s", scale: 1, limit: 4, atMost: true, target: "≤ 4 × T_bare"},
@@ -308,7 +309,7 @@ func smallSteps(s samples, w io.Writer) {
 // machine that, more than waiting, bounds how many sessions start at once.
 func cpu(s samples, w io.Writer) {
 	rows := []struct{ key, name string }{
-		{"t_bare", "T_bare"}, {"t_cli", "T_cli"}, {"t_session", "T_session"},
+		{"t_bare", "T_bare"}, {"t_bare_slirp", "T_bare_slirp"}, {"t_bare_net", "T_bare_net"}, {"t_cli", "T_cli"}, {"t_session", "T_session"},
 		{"t_one", "one session (scale)"}, {"t_one_big", "one session, 5,000 entries"}, {"t_eight", "{S} sessions at once"},
 	}
 	var out []string
@@ -669,6 +670,7 @@ func runReport(args []string) error {
 			fmt.Fprintf(w, "\nProblems during the run:\n\n%s\n", strings.TrimRight(string(b), "\n"))
 		}
 	}
+	startupDistributions(s, w)
 	cpu(s, w)
 	sessionCPU(s, w)
 	dataRounds(s, w)
