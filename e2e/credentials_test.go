@@ -532,7 +532,8 @@ func rowInteractiveClaude(t *testing.T, ev *evidence) {
 		if !l.done() {
 			// Ctrl-C twice is how one leaves Claude Code.
 			_, _ = master.WriteString("\x03")
-			time.Sleep(300 * time.Millisecond)
+			// It asks for the second one before it takes it.
+			scr.waitFor("again to exit", 5*time.Second)
 			_, _ = master.WriteString("\x03")
 		}
 		l.wait()
@@ -575,7 +576,12 @@ func rowInteractiveClaude(t *testing.T, ev *evidence) {
 			return
 		}
 		_, _ = master.WriteString("Say hello.")
-		time.Sleep(500 * time.Millisecond)
+		// Enter once the prompt shows what was typed: sooner, Claude Code
+		// takes the text and the Enter as one paste.
+		if !scr.waitFor("Say hello.", 30*time.Second) {
+			t.Errorf("claude never echoed the typed prompt")
+			return
+		}
 		_, _ = master.WriteString("\r")
 		if answered = scr.waitFor("Hello from the fake Messages API.", 90*time.Second); !answered {
 			t.Errorf("claude never showed the fake's answer")
