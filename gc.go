@@ -85,6 +85,12 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 	if err != nil {
 		return nil, err
 	}
+	return removeStale(ctx, eng, objs, runtimeDir), nil
+}
+
+// removeStale removes the objects in objs whose session's launcher died,
+// and their temp dirs, and returns what it removed.
+func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtimeDir string) []string {
 	var removed []string
 	stale := staleSessions(objs, ownerAlive)
 	sessions := make([]string, 0, len(stale))
@@ -109,7 +115,7 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 		}
 	}
 	removed = append(removed, removeStaleDirs(runtimeDir)...)
-	return removed, nil
+	return removed
 }
 
 // sessionDir matches the temp dirs a session makes: NAME.RANDOM,

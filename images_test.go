@@ -81,7 +81,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 				builds = append(builds, "ImageBuild "+m)
 			}
 			// Built after both checks and before anything else.
-			want := slices.Concat(setupCalls[:3], builds, setupCalls[3:])
+			want := slices.Concat(setupCalls[:2], builds, setupCalls[2:])
 			if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 				t.Fatalf("calls = %v\nwant %v", got, want)
 			}
@@ -193,7 +193,7 @@ func TestReleaseBuildPullsMissingImages(t *testing.T) {
 		t.Fatalf("exit code = %d, want 0\n%s", code, stderr())
 	}
 	out := stderr()
-	want := []string{setupCalls[0], "ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[3]}
+	want := []string{"ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[2]}
 	if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 		t.Fatalf("calls = %v\nwant %v", got, want)
 	}

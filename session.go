@@ -94,6 +94,10 @@ type sessionConfig struct {
 	stamps fileStamps
 	// cred is what the router adds credentials for (credentials.go).
 	cred sessionCredentials
+	// labelled are the objects of every session, listed once at start:
+	// for the check on enclosing sessions and for the clean-up of dead
+	// ones.
+	labelled []labelledObject
 }
 
 func (c sessionConfig) egressNetwork() string {
@@ -197,6 +201,10 @@ func launch(ctx context.Context, args []string) int {
 
 	trace := newTracer()
 	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
+		// One listing serves the session's check and the clean-up.
+		if cfg.labelled, err = eng.ListLabelled(opCtx, labelSession); err != nil {
+			return fail(err)
+		}
 		// Sessions whose launcher was killed are cleaned up beside this
 		// one, so that they cost it no start-up time. The leak tests turn
 		// this off, so that a leak is seen after the session that made it.
@@ -204,7 +212,7 @@ func launch(ctx context.Context, args []string) int {
 			gcDone := make(chan struct{})
 			go func() {
 				defer close(gcDone)
-				_, _ = collectGarbage(opCtx, eng, runtimeDir)
+				_ = removeStale(opCtx, eng, cfg.labelled, runtimeDir)
 			}()
 			defer func() { <-gcDone }()
 		}
@@ -428,7 +436,11 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		if agentStarted && !agentExited {
 			_ = eng.ContainerStop(tctx, names.agent, agentStopTimeout)
 		}
+		// The agent has stopped: the walk of the launch dir for what it
+		// left the host runs beside the removals, which do not touch it.
+		left := make(chan []string, 1)
 		if agentStarted {
+			go func() { left <- leftForHost(cfg) }()
 			// Say what the allowlist blocked: a silent failure is the most
 			// common complaint about allowlist sandboxes.
 			// Against the list in force at the end: a host allowed
@@ -437,7 +449,6 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 			hosts, unprintable := blockedHosts(routerLog, files.entries())
 			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
 			fmt.Fprint(os.Stderr, credentialSummary(routerLog, cfg.cred.creds, files.entries()))
-			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, leftForHost(cfg)))
 		}
 		// The pod and the router are independent; the network goes last
 		// since both are attached to it.
@@ -446,15 +457,14 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		wg.Go(func() { _ = eng.ContainerRemove(tctx, names.router) })
 		wg.Wait()
 		_ = eng.NetworkRemove(tctx, names.session)
+		if agentStarted {
+			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, <-left))
+		}
 	}()
 
 	// Before anything is created: a session inside a running session's
 	// launch dir could be made to mount what that agent chooses.
-	objs, err := eng.ListLabelled(ctx, labelSession)
-	if err != nil {
-		return fail(err)
-	}
-	if err := enclosingSession(cfg.launchDir, objs, ownerAlive); err != nil {
+	if err := enclosingSession(cfg.launchDir, cfg.labelled, ownerAlive); err != nil {
 		warn("%v", err)
 		return exitRefused
 	}

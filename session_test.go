@@ -38,7 +38,6 @@ func testConfig(t *testing.T) sessionConfig {
 var (
 	// setupCalls come first and in this order.
 	setupCalls = []string{
-		"ListLabelled agent-sandbox.session",
 		"ImageExists localhost/agent-sandbox:dev",
 		"ImageExists localhost/agent-sandbox-router:dev",
 		"VolumeCreate agent-sandbox-home",
@@ -447,5 +446,26 @@ func TestSessionHomeVolumeNotOursRefusesBeforeCreatingAnything(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, msg)
 		}
+	}
+}
+
+func TestSessionInsideARunningSessionsDirIsRefusedBeforeCreatingAnything(t *testing.T) {
+	eng := newFakeEngine()
+	cfg := testConfig(t)
+	// A live session (this very process stands in for its launcher) whose
+	// launch dir holds this one's.
+	cfg.labelled = []labelledObject{{kind: "network", name: "agent-sandbox-9-9", labels: map[string]string{
+		labelSession: "agent-sandbox-9-9", labelOwner: ownerID(os.Getpid()), labelDir: filepath.Dir(cfg.launchDir)}}}
+	stderr := captureStderr(t)
+	if code := runSession(context.Background(), eng, cfg); code != exitRefused {
+		t.Fatalf("exit code = %d, want %d", code, exitRefused)
+	}
+	for _, c := range eng.calls {
+		if strings.HasPrefix(c, "NetworkCreate") || strings.HasPrefix(c, "VolumeCreate") || strings.HasPrefix(c, "ContainerCreate") || strings.HasPrefix(c, "PodCreate") {
+			t.Errorf("created %q although the session was refused", c)
+		}
+	}
+	if msg := stderr(); !strings.Contains(msg, "lies inside "+filepath.Dir(cfg.launchDir)) {
+		t.Errorf("the refusal does not name the running session's dir: %q", msg)
 	}
 }
