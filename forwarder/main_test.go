@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testnet"
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -342,7 +344,7 @@ func TestUpstreamHalfClose(t *testing.T) {
 func TestDeadUpstream(t *testing.T) {
 	// A port with nobody listening, held so that the upstream comes back
 	// on it later.
-	dead, comeBack := holdPort(t)
+	dead, comeBack := testnet.HoldPort(t)
 	addrs := startForwarder(t, dead)
 
 	for range 3 {
@@ -380,44 +382,6 @@ func expectClosed(addr string) error {
 		return fmt.Errorf("read from relay to a dead upstream: %d, %v; want a close", n, err)
 	}
 	return nil
-}
-
-// holdPort binds a loopback TCP port without listening on it: connections
-// to it are refused, as to a dead upstream. No other socket can take the
-// port meanwhile (it is bound without SO_REUSEADDR, and connect never picks
-// a bound port as its ephemeral one), so listen, which makes this very
-// socket the listener, cannot fail the way listening on a closed port
-// again can.
-func holdPort(t *testing.T) (addr netip.AddrPort, listen func() *net.TCPListener) {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.CloseOnExec(fd)
-	f := os.NewFile(uintptr(fd), "held port")
-	t.Cleanup(func() { _ = f.Close() })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in4 := sa.(*syscall.SockaddrInet4)
-	addr = netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))
-	return addr, func() *net.TCPListener {
-		t.Helper()
-		if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
-			t.Fatalf("listen on the held port %s: %v", addr, err)
-		}
-		ln, err := net.FileListener(f) // a copy of fd, in the netpoller
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = f.Close()
-		return ln.(*net.TCPListener)
-	}
 }
 
 func TestUpstreamReset(t *testing.T) {

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testnet"
 )
 
 func TestAnnounceReadyWaitsForEveryListener(t *testing.T) {
@@ -19,7 +20,7 @@ func TestAnnounceReadyWaitsForEveryListener(t *testing.T) {
 	}
 	defer first.Close()
 	// The second listener's port, held without a listener until later.
-	secondAddr, listenSecond := holdPort(t)
+	secondAddr, listenSecond := testnet.HoldPort(t)
 
 	out := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,45 +53,8 @@ func TestAnnounceReadyWaitsForEveryListener(t *testing.T) {
 	}
 }
 
-// holdPort binds a loopback TCP port without listening on it: connections
-// to it are refused. No other socket can take the port meanwhile (it is
-// bound without SO_REUSEADDR, and connect never picks a bound port as its
-// ephemeral one), so listen, which makes this very socket the listener,
-// cannot fail the way listening on a closed port again can.
-func holdPort(t *testing.T) (addr netip.AddrPort, listen func() *net.TCPListener) {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.CloseOnExec(fd)
-	f := os.NewFile(uintptr(fd), "held port")
-	t.Cleanup(func() { _ = f.Close() })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in4 := sa.(*syscall.SockaddrInet4)
-	addr = netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))
-	return addr, func() *net.TCPListener {
-		t.Helper()
-		if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
-			t.Fatalf("listen on the held port %s: %v", addr, err)
-		}
-		ln, err := net.FileListener(f) // a copy of fd, in the netpoller
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = f.Close()
-		return ln.(*net.TCPListener)
-	}
-}
-
 func TestAnnounceReadyGivesUpOnCancel(t *testing.T) {
-	addr, _ := holdPort(t) // nothing listens there
+	addr, _ := testnet.HoldPort(t) // nothing listens there
 	out := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
