@@ -3,40 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
-)
 
-// openPTY opens a pseudo-terminal pair with the kernel's ioctls, as the e2e
-// suite does, so the test needs neither cgo nor a pty module.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	var unlock int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		m.Close()
-		t.Fatalf("unlock pty: %v", e)
-	}
-	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		m.Close()
-		t.Fatalf("pty number: %v", e)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		m.Close()
-		t.Fatalf("open pty slave: %v", err)
-	}
-	t.Cleanup(func() { s.Close(); m.Close() })
-	return m, s
-}
+	"github.com/agent-sandbox/agent-sandbox/internal/testpty"
+)
 
 // fdOf is f's descriptor; unlike f.Fd it leaves f non-blocking, so that
 // its deadlines still work.
@@ -59,7 +31,7 @@ const hangupLimit = 5 * time.Second
 // errHangup; while it stays open, input waiting unread and output written
 // cancel nothing.
 func TestHangupClosedTerminal(t *testing.T) {
-	master, slave := openPTY(t)
+	master, slave := testpty.Open(t)
 	ctx, stop := withHangup(context.Background(), fdOf(t, slave))
 	defer stop()
 
@@ -95,7 +67,7 @@ func TestHangupClosedTerminal(t *testing.T) {
 // The watcher reads nothing from the terminal: what is typed stays for the
 // agent's attach.
 func TestHangupReadsNothing(t *testing.T) {
-	master, slave := openPTY(t)
+	master, slave := testpty.Open(t)
 	_, stop := withHangup(context.Background(), fdOf(t, slave))
 	if _, err := master.Write([]byte("for the agent\n")); err != nil {
 		t.Fatal(err)
@@ -119,7 +91,7 @@ func TestHangupReadsNothing(t *testing.T) {
 // stop ends the watch at once and cancels with context.Canceled, not
 // errHangup; a hang-up after it is not reported.
 func TestHangupStop(t *testing.T) {
-	master, slave := openPTY(t)
+	master, slave := testpty.Open(t)
 	ctx, stop := withHangup(context.Background(), fdOf(t, slave))
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
@@ -155,7 +127,7 @@ func TestHangupNotATerminal(t *testing.T) {
 
 // A parent context's cancellation (a signal) passes through unchanged.
 func TestHangupParentCancel(t *testing.T) {
-	_, slave := openPTY(t)
+	_, slave := testpty.Open(t)
 	parent, cancel := context.WithCancel(context.Background())
 	ctx, stop := withHangup(parent, fdOf(t, slave))
 	defer stop()

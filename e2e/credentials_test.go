@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testpty"
 )
 
 // TestCredentials is issue 14: the user's API key never enters the
@@ -523,7 +525,7 @@ func rowInteractiveClaude(t *testing.T, ev *evidence) {
 	dir := credDir(t)
 	env := credEnv(map[string]string{"ANTHROPIC_API_KEY": key, "AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, credAllowlist)})
 	interactive := func(what string, fn func(scr *screen, master *os.File)) *launcher {
-		master, slave := openPTY(t)
+		master, slave := testpty.Open(t)
 		setSize(t, master, 40, 120)
 		scr := &screen{}
 		go scr.read(master)

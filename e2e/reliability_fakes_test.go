@@ -156,33 +156,6 @@ func fakePodman(t *testing.T) string {
 	return exe
 }
 
-// openPTY opens a pseudo-terminal pair with the kernel's ioctls, so the
-// suite needs neither a pty module nor `script`.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	var unlock int32
-	if err := ioctl(m, syscall.TIOCSPTLCK, unsafe.Pointer(&unlock)); err != nil {
-		m.Close()
-		t.Fatalf("unlock pty: %v", err)
-	}
-	var n uint32
-	if err := ioctl(m, syscall.TIOCGPTN, unsafe.Pointer(&n)); err != nil {
-		m.Close()
-		t.Fatalf("pty number: %v", err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		m.Close()
-		t.Fatalf("open pty slave: %v", err)
-	}
-	t.Cleanup(func() { s.Close(); m.Close() })
-	return m, s
-}
-
 func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {
 	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), req, uintptr(arg)); e != 0 {
 		return e

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testpty"
 )
 
 // agentLoop runs until the test creates "release" in the launch dir. A
@@ -673,7 +675,7 @@ func TestReliabilityExitCodes(t *testing.T) {
 
 func TestReliabilityTerminal(t *testing.T) {
 	row(t, "with a terminal the agent sees its size at start and after a resize, and the terminal is restored", func(t *testing.T) {
-		master, slave := openPTY(t)
+		master, slave := testpty.Open(t)
 		go drain(master)
 		setSize(t, master, 37, 101)
 		before := termios(t, slave)
@@ -704,7 +706,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		assertNoLeftovers(t)
 	})
 	row(t, "with a terminal, SIGHUP ends the session with 130 and restores the terminal", func(t *testing.T) {
-		master, slave := openPTY(t)
+		master, slave := testpty.Open(t)
 		go drain(master)
 		setSize(t, master, 30, 90)
 		before := termios(t, slave)
@@ -730,7 +732,7 @@ func TestReliabilityTerminal(t *testing.T) {
 	row(t, "with a terminal under su, closing the terminal ends the session with 130 though no SIGHUP reaches the launcher", func(t *testing.T) {
 		vol := createVolume(t)
 		base := takeInventory(t)
-		master, slave := openPTY(t)
+		master, slave := testpty.Open(t)
 		master = closableMaster(t, master)
 		go drain(master)
 		l := startLauncher(t, relOpts{PTY: slave, SuParent: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
@@ -805,7 +807,7 @@ func drain(master *os.File) {
 }
 
 // closableMaster is a terminal's master that Close really closes while
-// drain reads it. openPTY's is in blocking mode (its ioctls took Fd), and a
+// drain reads it. testpty.Open's is in blocking mode (its ioctls took Fd), and a
 // read blocked in the kernel keeps a file open past Close: the terminal
 // would never hang up. A non-blocking copy's read waits in Go's poller
 // instead, which Close wakes.
