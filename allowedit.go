@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,26 +17,16 @@ import (
 
 // addUserCommands registers the commands that edit and show the allowlist
 // and check the machine.
-func addUserCommands(root *cobra.Command, ctx context.Context, code *int) {
+func addUserCommands(root *cobra.Command, ctx context.Context, set settings) {
 	root.AddCommand(
-		newAllowCommand(code),
-		newDenyCommand(code),
-		newHostsCommand(code),
-		newDoctorCommand(ctx, code),
+		newAllowCommand(set),
+		newDenyCommand(set),
+		newHostsCommand(set),
+		newDoctorCommand(ctx, set),
 	)
 }
 
-// reportFlagErrors makes a bad flag say so: the root command silences
-// cobra's own error output.
-func reportFlagErrors(c *cobra.Command) *cobra.Command {
-	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		warn("%v; see %s --help", err, c.CommandPath())
-		return err
-	})
-	return c
-}
-
-func newAllowCommand(code *int) *cobra.Command {
+func newAllowCommand(set settings) *cobra.Command {
 	return reportFlagErrors(&cobra.Command{
 		Use:   "allow HOST[:PORT]...",
 		Short: "Add hosts to the allowlist",
@@ -47,15 +38,15 @@ nothing is written.`,
   agent-sandbox allow '*.googleapis.com'     # any name under googleapis.com
   agent-sandbox allow gitlab.example.com:22  # raw TCP to that host and port (ssh)`,
 		Args: cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			*code = editCommand("allow", args, func(content []byte, entries []entry) ([]byte, []string) {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return editCommand(set, cmd.ErrOrStderr(), "allow", args, func(content []byte, entries []entry) ([]byte, []string) {
 				return allowLines(content, entries, time.Now().Format(time.DateOnly))
 			})
 		},
 	})
 }
 
-func newDenyCommand(code *int) *cobra.Command {
+func newDenyCommand(set settings) *cobra.Command {
 	return reportFlagErrors(&cobra.Command{
 		Use:   "deny HOST[:PORT]...",
 		Short: "Remove hosts from the allowlist",
@@ -66,13 +57,13 @@ removed by naming the wildcard itself.`,
 		Example: `  agent-sandbox deny crates.io
   agent-sandbox deny github.com:22 '*.example.com'`,
 		Args: cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			*code = editCommand("deny", args, denyLines)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return editCommand(set, cmd.ErrOrStderr(), "deny", args, denyLines)
 		},
 	})
 }
 
-func newHostsCommand(code *int) *cobra.Command {
+func newHostsCommand(set settings) *cobra.Command {
 	return reportFlagErrors(&cobra.Command{
 		Use:   "hosts",
 		Short: "Print the effective allowlist",
@@ -81,38 +72,21 @@ sorted, duplicates merged, comments dropped. The file's path goes to stderr.`,
 		Example: `  agent-sandbox hosts
   agent-sandbox hosts 2>/dev/null | grep github`,
 		Args: cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				warn("hosts takes no arguments; to add one use: agent-sandbox allow %s", args[0])
-				*code = exitRefused
-				return
+				return refusef("hosts takes no arguments; to add one use: agent-sandbox allow %s", args[0])
 			}
-			path := allowlistPath()
-			if err := ensureAllowlist(path); err != nil {
-				warnLines(err)
-				*code = exitRefused
-				return
-			}
-			entries, err := parseAllowlist(path)
+			entries, err := loadAllowlist(set.allowlist, cmd.ErrOrStderr())
 			if err != nil {
-				warnLines(err)
-				*code = exitRefused
-				return
+				return refused(err)
 			}
-			warn("%s: %s", path, countEntries(len(entries)))
-			out := cmd.OutOrStdout()
+			say(cmd.ErrOrStderr(), "%s: %s", set.allowlist, countEntries(len(entries)))
 			for _, e := range entries {
-				fmt.Fprintln(out, e.String())
+				fmt.Fprintln(cmd.OutOrStdout(), e.String())
 			}
+			return nil
 		},
 	})
-}
-
-// warnLines prefixes every line of a multi-line error, not just the first.
-func warnLines(err error) {
-	for _, l := range strings.Split(err.Error(), "\n") {
-		warn("%s", l)
-	}
 }
 
 func countEntries(n int) string {
@@ -125,29 +99,28 @@ func countEntries(n int) string {
 	return fmt.Sprintf("%d entries", n)
 }
 
-// editCommand runs allow or deny on the allowlist and returns the exit code.
-func editCommand(name string, args []string, edit editFunc) int {
+// editCommand runs allow or deny on the allowlist, saying on errOut what
+// it did.
+func editCommand(set settings, errOut io.Writer, name string, args []string, edit editFunc) error {
 	if len(args) == 0 {
-		warn("%s needs at least one host, as in: agent-sandbox %s api.example.com", name, name)
-		return exitRefused
+		return refusef("%s needs at least one host, as in: agent-sandbox %s api.example.com", name, name)
 	}
-	msgs, err := editAllowlist(allowlistPath(), args, edit)
+	msgs, err := editAllowlist(set.allowlist, errOut, args, edit)
 	if err != nil {
-		warnLines(err)
-		return exitRefused
+		return refused(err)
 	}
 	for _, m := range msgs {
-		warn("%s", m)
+		say(errOut, "%s", m)
 	}
 	if name == "allow" {
 		// The moment of adding a risky host is when the warning helps;
 		// the arguments parsed inside editAllowlist already.
 		entries, _ := parseHostArgs(args)
 		for _, w := range lintAllowlist(entries) {
-			warn("%s", w)
+			say(errOut, "%s", w)
 		}
 	}
-	return 0
+	return nil
 }
 
 // editFunc turns the allowlist's bytes into new bytes and says what changed.
@@ -176,12 +149,12 @@ func parseHostArgs(args []string) ([]entry, error) {
 
 // editAllowlist applies edit to the allowlist at path. A file that does not
 // parse is left alone: editing around a bad line could make it worse.
-func editAllowlist(path string, args []string, edit editFunc) ([]string, error) {
+func editAllowlist(path string, errOut io.Writer, args []string, edit editFunc) ([]string, error) {
 	entries, err := parseHostArgs(args)
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureAllowlist(path); err != nil {
+	if err := ensureAllowlist(path, errOut); err != nil {
 		return nil, err
 	}
 	// Write through a symlink (a dotfiles repo, say) rather than replace it.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -289,7 +290,7 @@ func TestAllowEditsFileInPlaceAndKeepsMode(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "allowed-hosts")
 	writeTestFile(t, path, "# mine\na.example.com\n", 0o600)
-	msgs, err := editAllowlist(path, []string{"b.example.com"}, allowEdit(testDate))
+	msgs, err := editAllowlist(path, io.Discard, []string{"b.example.com"}, allowEdit(testDate))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestAllowWritesThroughASymlink(t *testing.T) {
 	if err := os.Symlink(real, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := editAllowlist(link, []string{"b.example.com"}, allowEdit(testDate)); err != nil {
+	if _, err := editAllowlist(link, io.Discard, []string{"b.example.com"}, allowEdit(testDate)); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -335,14 +336,14 @@ func TestAllowDenyRefuseABadFileOrBadArgs(t *testing.T) {
 	writeTestFile(t, path, bad, 0o644)
 	before, _ := os.Stat(path)
 	for _, edit := range []editFunc{allowEdit(testDate), denyLines} {
-		_, err := editAllowlist(path, []string{"a.example.com"}, edit)
+		_, err := editAllowlist(path, io.Discard, []string{"a.example.com"}, edit)
 		if err == nil || !strings.Contains(err.Error(), "refusing to edit") || !strings.Contains(err.Error(), "line 3") {
 			t.Errorf("err = %v, want a refusal naming line 3", err)
 		}
 	}
 	writeTestFile(t, path, "a.example.com\n", 0o644)
 	before, _ = os.Stat(path)
-	if _, err := editAllowlist(path, []string{"b.example.com", "bad..example.com"}, allowEdit(testDate)); err == nil {
+	if _, err := editAllowlist(path, io.Discard, []string{"b.example.com", "bad..example.com"}, allowEdit(testDate)); err == nil {
 		t.Error("a bad argument was accepted")
 	}
 	b, _ := os.ReadFile(path)
@@ -357,7 +358,7 @@ func TestDenyWithNothingToRemoveDoesNotRewrite(t *testing.T) {
 	path := filepath.Join(dir, "allowed-hosts")
 	writeTestFile(t, path, "a.example.com\n", 0o644)
 	before, _ := os.Stat(path)
-	msgs, err := editAllowlist(path, []string{"b.example.com"}, denyLines)
+	msgs, err := editAllowlist(path, io.Discard, []string{"b.example.com"}, denyLines)
 	if err != nil || strings.Join(msgs, "|") != "b.example.com was not in the allowlist" {
 		t.Fatalf("msgs = %q, err = %v", msgs, err)
 	}
@@ -371,16 +372,8 @@ func TestDenyWithNothingToRemoveDoesNotRewrite(t *testing.T) {
 // commands added, and returns the exit code and stdout.
 func runUserCommand(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	code := 0
-	root := newRootCommand(context.Background(), &code)
-	addUserCommands(root, context.Background(), &code)
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		return 1, out.String()
-	}
-	return code, out.String()
+	code, out, _ := runCLI(t, "", args...)
+	return code, out
 }
 
 func userCommandEnv(t *testing.T) string {
@@ -445,9 +438,8 @@ func TestHostsRefusesABadAllowlist(t *testing.T) {
 }
 
 func TestAllowDenyHostsDoctorHaveHelpWithExamples(t *testing.T) {
-	code := 0
 	root := &cobra.Command{Use: "agent-sandbox"}
-	addUserCommands(root, context.Background(), &code)
+	addUserCommands(root, context.Background(), newSettings(os.LookupEnv))
 	for _, name := range []string{"allow", "deny", "hosts", "doctor"} {
 		c, _, err := root.Find([]string{name})
 		if err != nil || c.Name() != name {
@@ -466,11 +458,10 @@ func TestAllowDenyHostsDoctorHaveHelpWithExamples(t *testing.T) {
 
 func TestAllowWarnsAboutRiskyHostsButAddsThem(t *testing.T) {
 	path := userCommandEnv(t)
-	stderr := captureStderr(t)
-	if code, _ := runUserCommand(t, "allow", "*.workers.dev", "api.example.com"); code != 0 {
+	code, _, msg := runCLI(t, "", "allow", "*.workers.dev", "api.example.com")
+	if code != 0 {
 		t.Fatalf("allow exit %d", code)
 	}
-	msg := stderr()
 	if !strings.Contains(msg, "agent-sandbox: allowlist entry *.workers.dev:") || strings.Contains(msg, "entry api.example.com") {
 		t.Errorf("stderr should warn about *.workers.dev only:\n%s", msg)
 	}

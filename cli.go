@@ -2,23 +2,30 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"regexp"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// run builds the command tree and returns the process exit code.
-func run(ctx context.Context, args []string) int {
-	code := 0
-	root := newRootCommand(ctx, &code)
+// run is the command line layer: it reads the environment once, builds the
+// command tree, and turns what the command returned into the one report on
+// stderr and the process exit code.
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCommand(ctx, newSettings(getenv))
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		return 1
-	}
-	return code
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	report(stderr, err)
+	return exitCode(err)
 }
 
-func newRootCommand(ctx context.Context, code *int) *cobra.Command {
+func newRootCommand(ctx context.Context, set settings) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "agent-sandbox [--env NAME | --home VOLUME]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
@@ -45,8 +52,7 @@ AGENT_SANDBOX_HOME_VOLUME) names one to share instead.`,
 			if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
 				return cmd.Help()
 			}
-			*code = launch(ctx, args)
-			return nil
+			return launch(ctx, set, cmd.ErrOrStderr(), args)
 		},
 	}
 	root.AddCommand(&cobra.Command{
@@ -61,8 +67,23 @@ AGENT_SANDBOX_HOME_VOLUME) names one to share instead.`,
 			fmt.Fprintln(cmd.OutOrStdout(), v)
 		},
 	})
-	root.AddCommand(newGCCommand(ctx, code))
-	root.AddCommand(&cobra.Command{
+	root.AddCommand(newGCCommand(ctx, set), newLogCommand(ctx, set), newBuildCommand(ctx, set))
+	addUserCommands(root, ctx, set)
+	root.AddCommand(newSecretCommand(set))
+	return root
+}
+
+// reportFlagErrors makes a bad flag a refusal that names the help: the root
+// command silences cobra's own error output.
+func reportFlagErrors(c *cobra.Command) *cobra.Command {
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return refusef("%v; see %s --help", err, c.CommandPath())
+	})
+	return c
+}
+
+func newLogCommand(ctx context.Context, set settings) *cobra.Command {
+	return &cobra.Command{
 		Use:     "log",
 		Aliases: []string{"watch"},
 		Short:   "Follow what the allowlist blocks in running sessions",
@@ -72,17 +93,13 @@ directory, until you interrupt it.`,
 		Example: `  agent-sandbox log
   agent-sandbox allow HOST    # then allow what a session needs`,
 		Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			*code = watch(ctx, cmd.OutOrStdout())
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return watch(ctx, set, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
-	})
-	root.AddCommand(newBuildCommand(ctx, code))
-	addUserCommands(root, ctx, code)
-	root.AddCommand(newSecretCommand(code))
-	return root
+	}
 }
 
-func newBuildCommand(ctx context.Context, code *int) *cobra.Command {
+func newBuildCommand(ctx context.Context, set settings) *cobra.Command {
 	var only string
 	var noCache bool
 	cmd := &cobra.Command{
@@ -99,15 +116,13 @@ layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default
 		Example: `  agent-sandbox build                 # both images
   agent-sandbox build --only router   # just the router
   agent-sandbox build --no-cache      # every step again`,
-		// Checked in Run: the root command silences cobra's own errors.
+		// Checked in RunE, to say what to do instead.
 		Args: cobra.ArbitraryArgs,
-		Run: func(_ *cobra.Command, args []string) {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				warn("build takes no arguments (got %q): name one image with --only sandbox or --only router", args[0])
-				*code = exitRefused
-				return
+				return refusef("build takes no arguments (got %q): name one image with --only sandbox or --only router", args[0])
 			}
-			*code = buildCommand(ctx, only, noCache)
+			return buildCommand(ctx, set, cmd.ErrOrStderr(), only, noCache)
 		},
 	}
 	cmd.Flags().StringVar(&only, "only", "", "build one image: sandbox or router")
@@ -115,7 +130,7 @@ layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default
 	return reportFlagErrors(cmd)
 }
 
-func newGCCommand(ctx context.Context, code *int) *cobra.Command {
+func newGCCommand(ctx context.Context, set settings) *cobra.Command {
 	var homes bool
 	cmd := &cobra.Command{
 		Use:   "gc",
@@ -125,14 +140,74 @@ launcher no longer runs. Every session also does this when it starts. Objects
 without agent-sandbox's session label, and sessions whose launcher still
 runs, are never touched. It also lists the home volumes of projects whose
 directory no longer exists; --homes removes them (with whatever the agent
-kept there, such as a Claude login).`,
+kept there, such as a Claude login). It exits 125 when it could not remove
+something.`,
 		Example: `  agent-sandbox gc
   agent-sandbox gc --homes`,
 		Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			*code = gc(ctx, cmd.OutOrStdout(), homes)
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return gc(ctx, set, cmd.OutOrStdout(), cmd.ErrOrStderr(), homes)
 		},
 	}
 	cmd.Flags().BoolVar(&homes, "homes", false, "also remove the home volumes of projects that no longer exist")
 	return reportFlagErrors(cmd)
+}
+
+// launchArgs are the launcher's own leading options and the agent command.
+type launchArgs struct {
+	cmd []string
+	// env is passed into the agent explicitly; nothing of the host's
+	// environment is by default.
+	env map[string]string
+	// home is the volume --home names; "" for the default.
+	home string
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseLaunchArgs takes `[--env NAME | --home VOLUME]... [--exec CMD ARGS... | claude args...]`.
+// Everything after the launcher's options belongs to the agent.
+func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
+	la := launchArgs{env: map[string]string{}}
+	for len(args) > 0 {
+		opt, value, inline := strings.Cut(args[0], "=")
+		if opt != "--env" && opt != "--home" {
+			break
+		}
+		if inline {
+			args = args[1:]
+		} else {
+			if len(args) < 2 {
+				if opt == "--home" {
+					return la, errors.New("--home needs a volume name, as in: agent-sandbox --home agent-sandbox-home")
+				}
+				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
+			}
+			value, args = args[1], args[2:]
+		}
+		if opt == "--home" {
+			if !volumeName.MatchString(value) {
+				return la, fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
+			}
+			la.home = value
+			continue
+		}
+		name := value
+		if !envName.MatchString(name) {
+			return la, fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", name)
+		}
+		v, ok := getenv(name)
+		if !ok {
+			return la, fmt.Errorf("--env %s: %s is not set in your environment", name, name)
+		}
+		la.env[name] = v
+	}
+	la.cmd = append([]string{"claude"}, args...)
+	if len(args) > 0 && args[0] == "--exec" {
+		la.cmd = args[1:]
+		if len(la.cmd) == 0 {
+			return la, errors.New("--exec needs a command, as in: agent-sandbox --exec bash")
+		}
+	}
+	return la, nil
 }

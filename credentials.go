@@ -351,41 +351,32 @@ func readUpstreamCA(path string) ([]byte, error) {
 }
 
 // credentialsFor resolves what a session injects and writes the router's
-// credential dir for it under runtimeDir; it warns about --env names that
-// hand the agent a key. remove undoes it.
-func credentialsFor(passed map[string]string, runtimeDir, session string) (sessionCredentials, error) {
-	s, warnings, err := sessionCredentialsFor(passed)
-	for _, w := range warnings {
-		warn("%s", w)
-	}
+// credential dir for it under runtimeDir (the caller removes s.dir); the
+// warnings are for --env names that hand the agent a key.
+func credentialsFor(set settings, passed map[string]string, runtimeDir, session string) (s sessionCredentials, warnings []string, err error) {
+	s, warnings, err = sessionCredentialsFor(set, passed)
 	if err != nil {
-		return s, err
+		return s, warnings, err
 	}
 	s.dir, err = writeCredentialDir(runtimeDir, session, s)
-	return s, err
-}
-
-func (s sessionCredentials) remove() {
-	if s.dir != "" {
-		_ = os.RemoveAll(s.dir)
-	}
+	return s, warnings, err
 }
 
 // sessionCredentialsFor resolves what a session injects, before anything
 // is created; the warnings are for --env names that hand the agent a key.
-func sessionCredentialsFor(passed map[string]string) (sessionCredentials, []string, error) {
+func sessionCredentialsFor(set settings, passed map[string]string) (sessionCredentials, []string, error) {
 	var s sessionCredentials
-	hosts, err := apiHosts(os.Getenv("AGENT_SANDBOX_API_HOSTS"))
+	hosts, err := apiHosts(set.apiHosts)
 	if err != nil {
 		return s, nil, err
 	}
-	creds, warnings, err := resolveCredentials(os.LookupEnv, passed, secretsDir(), hosts)
+	creds, warnings, err := resolveCredentials(set.lookup, passed, set.secretsDir(), hosts)
 	if err != nil {
 		return s, warnings, err
 	}
 	s.creds = creds
 	if len(creds) > 0 {
-		if s.upstreamCA, err = readUpstreamCA(os.Getenv("AGENT_SANDBOX_UPSTREAM_CA")); err != nil {
+		if s.upstreamCA, err = readUpstreamCA(set.upstreamCA); err != nil {
 			return s, warnings, err
 		}
 	}

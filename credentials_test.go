@@ -241,8 +241,8 @@ func TestSessionInjectsCredentials(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.entries = append(cfg.entries, entry{Host: "api.anthropic.com", Port: 443})
 	launcherCredentials(t, &cfg, []string{"--exec", "true"}, map[string]string{"ANTHROPIC_API_KEY": key})
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	summary := stderr()

@@ -47,8 +47,8 @@ type doctorEnv struct {
 	credentials func() ([]credential, error)
 }
 
-func realDoctorEnv() doctorEnv {
-	name := os.Getenv("USER")
+func realDoctorEnv(set settings) doctorEnv {
+	name := set.user
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
@@ -57,15 +57,15 @@ func realDoctorEnv() doctorEnv {
 		run:       runDoctorCommand,
 		readFile:  os.ReadFile,
 		stat:      os.Stat,
-		getenv:    os.Getenv,
+		getenv:    func(k string) string { v, _ := set.lookup(k); return v },
 		access:    syscall.Access,
 		uid:       os.Getuid(),
 		gid:       os.Getgid(),
 		userName:  name,
-		images:    imageNames,
-		allowlist: allowlistPath,
+		images:    func() (string, string) { return set.image, set.routerImage },
+		allowlist: func() string { return set.allowlist },
 		credentials: func() ([]credential, error) {
-			s, _, err := sessionCredentialsFor(nil)
+			s, _, err := sessionCredentialsFor(set, nil)
 			return s.creds, err
 		},
 	}
@@ -132,7 +132,7 @@ func (r checkResult) print(w io.Writer) {
 	}
 }
 
-func newDoctorCommand(ctx context.Context, code *int) *cobra.Command {
+func newDoctorCommand(ctx context.Context, set settings) *cobra.Command {
 	return reportFlagErrors(&cobra.Command{
 		Use:   "doctor",
 		Short: "Check that this machine can run sessions",
@@ -144,50 +144,51 @@ with the command that fixes it, and exits 0 only when every check passed.`,
 		Example: `  agent-sandbox doctor
   agent-sandbox doctor && agent-sandbox --exec true`,
 		Args: cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				warn("doctor takes no arguments; run: agent-sandbox doctor")
-				*code = exitRefused
-				return
+				return refusef("doctor takes no arguments; run: agent-sandbox doctor")
 			}
-			*code = doctor(ctx, realDoctorEnv(), cmd.OutOrStdout())
+			if code := doctor(ctx, realDoctorEnv(set), cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return reported(code)
+			}
+			return nil
 		},
 	})
 }
 
 // doctor runs every check, printing each as it completes, and returns the
 // exit code.
-func doctor(ctx context.Context, env doctorEnv, out io.Writer) int {
+func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 	var results []checkResult
-	report := func(rs ...checkResult) {
+	show := func(rs ...checkResult) {
 		for _, r := range rs {
 			r.print(out)
 			results = append(results, r)
 		}
 	}
 	podman, found := checkPodman(ctx, env)
-	report(found)
+	show(found)
 	rootless := checkRootless(env)
-	report(rootless)
+	show(rootless)
 	if found.ok() {
-		report(checkNetworkBackend(ctx, env, podman))
+		show(checkNetworkBackend(ctx, env, podman))
 	}
 	// Root's ids, runtime dir and image store are not the user's: their
 	// fixes would mislead.
 	if rootless.ok() {
-		report(checkSubIDs(env, "/etc/subuid", "uids"), checkSubIDs(env, "/etc/subgid", "gids"))
+		show(checkSubIDs(env, "/etc/subuid", "uids"), checkSubIDs(env, "/etc/subgid", "gids"))
 	}
-	report(checkDevice(env, "/dev/fuse", "fuse"), checkDevice(env, "/dev/net/tun", "tun"))
+	show(checkDevice(env, "/dev/fuse", "fuse"), checkDevice(env, "/dev/net/tun", "tun"))
 	if rootless.ok() {
-		report(checkRuntimeDir(env))
+		show(checkRuntimeDir(env))
 		if found.ok() {
 			img, router := env.images()
-			report(checkImage(ctx, env, podman, img, "AGENT_SANDBOX_IMAGE"), checkImage(ctx, env, podman, router, "AGENT_SANDBOX_ROUTER_IMAGE"))
+			show(checkImage(ctx, env, podman, img, "AGENT_SANDBOX_IMAGE"), checkImage(ctx, env, podman, router, "AGENT_SANDBOX_ROUTER_IMAGE"))
 		}
 	}
-	report(checkAllowlist(env))
+	show(checkAllowlist(env))
 	if env.credentials != nil {
-		report(checkCredentials(env))
+		show(checkCredentials(env))
 	}
 
 	failures := 0
@@ -197,10 +198,10 @@ func doctor(ctx context.Context, env doctorEnv, out io.Writer) int {
 		}
 	}
 	if failures > 0 {
-		warn("%d of %d checks failed; run the fix lines above, then agent-sandbox doctor again", failures, len(results))
+		say(errOut, "%d of %d checks failed; run the fix lines above, then agent-sandbox doctor again", failures, len(results))
 		return exitRefused
 	}
-	warn("all %d checks passed: sessions can start", len(results))
+	say(errOut, "all %d checks passed: sessions can start", len(results))
 	return 0
 }
 

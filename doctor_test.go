@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 	"syscall"
@@ -122,7 +123,7 @@ func (m *fakeMachine) doctorEnv() doctorEnv {
 func runDoctor(t *testing.T, m *fakeMachine) (int, string) {
 	t.Helper()
 	var out bytes.Buffer
-	code := doctor(context.Background(), m.doctorEnv(), &out)
+	code := doctor(context.Background(), m.doctorEnv(), &out, io.Discard)
 	return code, out.String()
 }
 
@@ -456,7 +457,7 @@ func TestDoctorCredentials(t *testing.T) {
 	env.credentials = func() ([]credential, error) {
 		return []credential{{kind: credKindBySecret("anthropic"), host: "api.anthropic.com", value: "sk-secret", source: "ANTHROPIC_API_KEY from your environment"}}, nil
 	}
-	if code := doctor(context.Background(), env, &out); code != 0 ||
+	if code := doctor(context.Background(), env, &out, io.Discard); code != 0 ||
 		!strings.HasSuffix(out.String(), "ok   credentials: the router adds them, the agent holds placeholders: api.anthropic.com gets ANTHROPIC_API_KEY from your environment\n") ||
 		strings.Contains(out.String(), "sk-secret") {
 		t.Errorf("exit %d, output:\n%s", code, out.String())
@@ -465,7 +466,7 @@ func TestDoctorCredentials(t *testing.T) {
 	env.credentials = func() ([]credential, error) {
 		return nil, errors.New("/c/secrets/gemini is open to other users (mode 0644); fix: chmod 600 /c/secrets/gemini")
 	}
-	if code := doctor(context.Background(), env, &out); code != exitRefused ||
+	if code := doctor(context.Background(), env, &out, io.Discard); code != exitRefused ||
 		!strings.HasSuffix(out.String(), "FAIL credentials: /c/secrets/gemini is open to other users (mode 0644)\n     fix: chmod 600 /c/secrets/gemini\n") {
 		t.Errorf("exit %d, output:\n%s", code, out.String())
 	}

@@ -31,6 +31,11 @@ import (
 type engine interface {
 	NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error)
 	NetworkRemove(ctx context.Context, name string) error
+	// VolumeInspect reports a volume's labels, and whether it exists.
+	VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error)
+	// VolumeUsers lists the containers that use a volume.
+	VolumeUsers(ctx context.Context, name string) ([]labelledObject, error)
+	// VolumeCreate creates a volume; one that exists already is no error.
 	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
 	ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error
 	// ContainerStartReady starts a container and waits until it prints a
@@ -138,12 +143,35 @@ func (podmanEngine) NetworkRemove(ctx context.Context, name string) error {
 	return err
 }
 
-func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
-	// One inspect, not exists then inspect: this runs at every start.
-	if v, err := volumes.Inspect(ctx, name, nil); err == nil {
-		return checkVolumeIsOurs(ctx, name, v.Labels)
+func (podmanEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+	v, err := volumes.Inspect(ctx, name, nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "no such volume") {
+			return volumeInfo{}, false, nil
+		}
+		return volumeInfo{}, false, fmt.Errorf("inspect volume %s: %w", name, err)
 	}
+	return volumeInfo{name: v.Name, labels: v.Labels}, true, nil
+}
+
+func (podmanEngine) VolumeUsers(ctx context.Context, name string) ([]labelledObject, error) {
+	cs, err := containers.List(ctx, new(containers.ListOptions).WithAll(true).
+		WithFilters(map[string][]string{"volume": {name}}))
+	if err != nil {
+		return nil, fmt.Errorf("list the users of volume %s: %w", name, err)
+	}
+	var out []labelledObject
+	for _, c := range cs {
+		if len(c.Names) > 0 {
+			out = append(out, labelledObject{kind: "container", name: c.Names[0], labels: c.Labels, running: c.State == "running"})
+		}
+	}
+	return out, nil
+}
+
+func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
 	_, err := volumes.Create(ctx, entities.VolumeCreateOptions{Name: name, Labels: labels}, nil)
+	// Another session may have created it since it was inspected.
 	if err != nil && strings.Contains(err.Error(), "already exists") {
 		return nil
 	}
@@ -151,42 +179,6 @@ func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[st
 		return fmt.Errorf("create volume %s: %w", name, err)
 	}
 	return nil
-}
-
-// volumeNotOurs means the home volume is in use by containers that are
-// not agent-sandbox's: the agent would read and write someone else's data.
-type volumeNotOurs struct {
-	name  string
-	users []string
-}
-
-func (v volumeNotOurs) Error() string {
-	return fmt.Sprintf("volume %s is in use by %s, which agent-sandbox did not create: set AGENT_SANDBOX_HOME_VOLUME to another name, "+
-		"or remove those containers if the volume is meant for agent-sandbox", v.name, strings.Join(v.users, ", "))
-}
-
-// checkVolumeIsOurs refuses a volume that containers other than
-// agent-sandbox's use. One that agent-sandbox made, or that nothing uses
-// (made beforehand with `podman volume create`), is the user's home.
-func checkVolumeIsOurs(ctx context.Context, name string, labels map[string]string) error {
-	if labels[labelShared] == "true" {
-		return nil
-	}
-	cs, err := containers.List(ctx, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"volume": {name}}))
-	if err != nil {
-		return fmt.Errorf("list the users of volume %s: %w", name, err)
-	}
-	var users []string
-	for _, c := range cs {
-		if c.Labels[labelSession] == "" && len(c.Names) > 0 {
-			users = append(users, c.Names[0])
-		}
-	}
-	if len(users) == 0 {
-		return nil
-	}
-	return volumeNotOurs{name, users}
 }
 
 func (podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {

@@ -19,6 +19,10 @@ type fakeEngine struct {
 	calls []string
 	// failOn makes the call with this exact record fail.
 	failOn string
+	// cancelOn cancels (with cancel) once the call with this exact record
+	// was made: a signal that arrives during that step.
+	cancelOn string
+	cancel   func()
 	// notReady names a helper container that exits before it is ready.
 	notReady string
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
@@ -62,17 +66,30 @@ func newFakeEngine() *fakeEngine {
 
 func (f *fakeEngine) record(method, arg string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	c := method + " " + arg
 	f.calls = append(f.calls, c)
+	cancel := f.cancel
+	f.mu.Unlock()
+	if c == f.cancelOn && cancel != nil {
+		cancel()
+	}
 	if c == f.failOn {
 		return fmt.Errorf("%s: %w", c, errFake)
 	}
 	return nil
 }
 
-func (f *fakeEngine) NetworkCreate(_ context.Context, n *types.Network, _ bool) (types.Network, error) {
-	if err := f.record("NetworkCreate", n.Name); err != nil {
+// create records a call that creates or starts something: as through the
+// real API, none is made once ctx has ended.
+func (f *fakeEngine) create(ctx context.Context, method, arg string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return f.record(method, arg)
+}
+
+func (f *fakeEngine) NetworkCreate(ctx context.Context, n *types.Network, _ bool) (types.Network, error) {
+	if err := f.create(ctx, "NetworkCreate", n.Name); err != nil {
 		return types.Network{}, err
 	}
 	out := *n
@@ -88,18 +105,31 @@ func (f *fakeEngine) NetworkRemove(_ context.Context, name string) error {
 	return f.record("NetworkRemove", name)
 }
 
-func (f *fakeEngine) VolumeCreate(_ context.Context, name string, _ map[string]string) error {
-	if err := f.record("VolumeCreate", name); err != nil {
-		return err
+func (f *fakeEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+	if err := f.create(ctx, "VolumeInspect", name); err != nil {
+		return volumeInfo{}, false, err
 	}
-	if users, ok := f.foreignVolumes[name]; ok {
-		return volumeNotOurs{name, users}
-	}
-	return nil
+	_, ok := f.foreignVolumes[name]
+	return volumeInfo{name: name}, ok, nil
 }
 
-func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator) error {
-	if err := f.record("ContainerCreate", s.Name); err != nil {
+func (f *fakeEngine) VolumeUsers(ctx context.Context, name string) ([]labelledObject, error) {
+	if err := f.create(ctx, "VolumeUsers", name); err != nil {
+		return nil, err
+	}
+	var out []labelledObject
+	for _, u := range f.foreignVolumes[name] {
+		out = append(out, labelledObject{kind: "container", name: u})
+	}
+	return out, nil
+}
+
+func (f *fakeEngine) VolumeCreate(ctx context.Context, name string, _ map[string]string) error {
+	return f.create(ctx, "VolumeCreate", name)
+}
+
+func (f *fakeEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {
+	if err := f.create(ctx, "ContainerCreate", s.Name); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -108,8 +138,8 @@ func (f *fakeEngine) ContainerCreate(_ context.Context, s *specgen.SpecGenerator
 	return nil
 }
 
-func (f *fakeEngine) ContainerStartReady(_ context.Context, name, ready string) error {
-	if err := f.record("ContainerStartReady", name+" "+ready); err != nil {
+func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string) error {
+	if err := f.create(ctx, "ContainerStartReady", name+" "+ready); err != nil {
 		return err
 	}
 	if f.notReady == name {
@@ -127,7 +157,7 @@ func (f *fakeEngine) ContainerLogs(_ context.Context, name string, _ int) string
 }
 
 func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ bool) (int, error) {
-	if err := f.record("ContainerRun", name); err != nil {
+	if err := f.create(ctx, "ContainerRun", name); err != nil {
 		return -1, err
 	}
 	if f.runHook != nil {
@@ -146,8 +176,8 @@ func (f *fakeEngine) ContainerRemove(_ context.Context, name string) error {
 	return f.record("ContainerRemove", name)
 }
 
-func (f *fakeEngine) PodCreate(_ context.Context, p *specgen.PodSpecGenerator) error {
-	if err := f.record("PodCreate", p.Name); err != nil {
+func (f *fakeEngine) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error {
+	if err := f.create(ctx, "PodCreate", p.Name); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -172,8 +202,8 @@ func (f *fakeEngine) ContainerWait(ctx context.Context, name string) error {
 	}
 }
 
-func (f *fakeEngine) ListLabelled(_ context.Context, label string) ([]labelledObject, error) {
-	if err := f.record("ListLabelled", label); err != nil {
+func (f *fakeEngine) ListLabelled(ctx context.Context, label string) ([]labelledObject, error) {
+	if err := f.create(ctx, "ListLabelled", label); err != nil {
 		return nil, err
 	}
 	return f.labelled, nil
@@ -190,16 +220,16 @@ func (f *fakeEngine) VolumeRemove(_ context.Context, name string) error {
 	return f.record("VolumeRemove", name)
 }
 
-func (f *fakeEngine) ImageExists(_ context.Context, name string) (bool, error) {
-	if err := f.record("ImageExists", name); err != nil {
+func (f *fakeEngine) ImageExists(ctx context.Context, name string) (bool, error) {
+	if err := f.create(ctx, "ImageExists", name); err != nil {
 		return false, err
 	}
 	return !f.missingImages[name], nil
 }
 
-func (f *fakeEngine) ImageBuild(_ context.Context, b imageBuild, out io.Writer) error {
+func (f *fakeEngine) ImageBuild(ctx context.Context, b imageBuild, out io.Writer) error {
 	_, _ = io.WriteString(out, f.buildOutput)
-	if err := f.record("ImageBuild", b.tag); err != nil {
+	if err := f.create(ctx, "ImageBuild", b.tag); err != nil {
 		return err
 	}
 	f.mu.Lock()

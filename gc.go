@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,13 +87,17 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 	if err != nil {
 		return nil, err
 	}
-	return removeStale(ctx, eng, objs, runtimeDir), nil
+	return removeStale(ctx, eng, objs, runtimeDir)
 }
 
 // removeStale removes the objects in objs whose session's launcher died,
-// and their temp dirs, and returns what it removed.
-func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtimeDir string) []string {
-	var removed []string
+// and their temp dirs. It returns what it removed, and names what it could
+// not.
+func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtimeDir string) ([]string, error) {
+	var (
+		removed []string
+		failed  []error
+	)
 	stale := staleSessions(objs, ownerAlive)
 	sessions := make([]string, 0, len(stale))
 	for s := range stale {
@@ -109,13 +115,31 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 			case "network":
 				err = eng.NetworkRemove(ctx, o.name)
 			}
-			if err == nil {
-				removed = append(removed, o.kind+" "+o.name)
+			if err != nil {
+				failed = append(failed, cleanupFailed{o.kind + " " + o.name, err})
+				continue
 			}
+			removed = append(removed, o.kind+" "+o.name)
 		}
 	}
 	removed = append(removed, removeStaleDirs(runtimeDir)...)
-	return removed
+	return removed, errors.Join(failed...)
+}
+
+// gc removes what killed sessions left behind and lists (with homes,
+// removes) the homes of projects that no longer exist. It fails when it
+// could not remove something.
+func gc(ctx context.Context, set settings, out, errOut io.Writer, homes bool) error {
+	return withCommandService(ctx, set, errOut, func(opCtx context.Context, eng engine, dir, _ string) error {
+		removed, err := collectGarbage(opCtx, eng, dir)
+		for _, r := range removed {
+			fmt.Fprintln(out, "removed", r)
+		}
+		if err != nil {
+			return err
+		}
+		return collectHomes(opCtx, eng, out, homes)
+	})
 }
 
 // sessionDir matches the temp dirs a session makes: NAME.RANDOM,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -121,5 +122,29 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(runtimeDir, "unrelated-dir")); err != nil {
 		t.Error("an unrelated dir was removed")
+	}
+}
+
+// TestCollectGarbageReportsWhatItCouldNotRemove: gc goes on past a removal
+// that fails, names it, and its command exits as podman failures do.
+func TestCollectGarbageReportsWhatItCouldNotRemove(t *testing.T) {
+	cmd := exec.Command("true")
+	must(t, cmd.Run())
+	deadOwner := strconv.Itoa(cmd.Process.Pid) + "@1"
+	eng := newFakeEngine()
+	eng.failOn = "PodRemove dead"
+	eng.labelled = []labelledObject{
+		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+	}
+	removed, err := collectGarbage(context.Background(), eng, t.TempDir())
+	if !slices.Equal(removed, []string{"network dead"}) {
+		t.Errorf("removed = %v, want the network, past the pod that failed", removed)
+	}
+	if err == nil || !strings.Contains(err.Error(), "could not remove pod dead") {
+		t.Fatalf("err = %v, want it to name the pod", err)
+	}
+	if code := exitCode(err); code != exitPodman {
+		t.Errorf("exit code = %d, want %d", code, exitPodman)
 	}
 }

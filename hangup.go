@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"sync"
 
@@ -29,7 +30,7 @@ var errHangup = errors.New("the terminal hung up")
 // It never reads the terminal (the agent's attach does): it polls with no
 // events asked for, and POLLHUP, POLLERR and POLLNVAL are reported anyway.
 // stop ends the watch and cancels the context.
-func withHangup(ctx context.Context, fds ...int) (context.Context, context.CancelFunc) {
+func withHangup(ctx context.Context, out io.Writer, fds ...int) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var ttys []int
 	for _, fd := range fds {
@@ -43,15 +44,15 @@ func withHangup(ctx context.Context, fds ...int) (context.Context, context.Cance
 	// The read end of a pipe wakes the poll when stop closes the write end.
 	var wake [2]int
 	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC); err != nil {
-		warn("cannot watch the terminal for a hang-up: %v", err)
+		say(out, "cannot watch the terminal for a hang-up: %v", err)
 		return ctx, func() { cancel(nil) }
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer unix.Close(wake[0])
-		if waitHangup(ttys, wake[0]) {
-			warn("%v", errHangup)
+		if waitHangup(ttys, wake[0], out) {
+			say(out, "%v", errHangup)
 			cancel(errHangup)
 		}
 	}()
@@ -67,7 +68,7 @@ func withHangup(ctx context.Context, fds ...int) (context.Context, context.Cance
 
 // waitHangup polls ttys until one of them hangs up (true) or wake becomes
 // readable or is closed (false).
-func waitHangup(ttys []int, wake int) bool {
+func waitHangup(ttys []int, wake int, out io.Writer) bool {
 	pfds := make([]unix.PollFd, 0, len(ttys)+1)
 	for _, fd := range ttys {
 		pfds = append(pfds, unix.PollFd{Fd: int32(fd)})
@@ -79,7 +80,7 @@ func waitHangup(ttys []int, wake int) bool {
 			continue
 		}
 		if err != nil {
-			warn("cannot watch the terminal for a hang-up: %v", err)
+			say(out, "cannot watch the terminal for a hang-up: %v", err)
 			return false
 		}
 		if pfds[len(pfds)-1].Revents != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ const hangupLimit = 5 * time.Second
 // cancel nothing.
 func TestHangupClosedTerminal(t *testing.T) {
 	master, slave := testpty.Open(t)
-	ctx, stop := withHangup(context.Background(), fdOf(t, slave))
+	ctx, stop := withHangup(context.Background(), io.Discard, fdOf(t, slave))
 	defer stop()
 
 	// Activity the watcher must not take for a hang-up: typed input that
@@ -68,7 +69,7 @@ func TestHangupClosedTerminal(t *testing.T) {
 // agent's attach.
 func TestHangupReadsNothing(t *testing.T) {
 	master, slave := testpty.Open(t)
-	_, stop := withHangup(context.Background(), fdOf(t, slave))
+	_, stop := withHangup(context.Background(), io.Discard, fdOf(t, slave))
 	if _, err := master.Write([]byte("for the agent\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestHangupReadsNothing(t *testing.T) {
 // errHangup; a hang-up after it is not reported.
 func TestHangupStop(t *testing.T) {
 	master, slave := testpty.Open(t)
-	ctx, stop := withHangup(context.Background(), fdOf(t, slave))
+	ctx, stop := withHangup(context.Background(), io.Discard, fdOf(t, slave))
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	select {
@@ -115,7 +116,7 @@ func TestHangupNotATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	ctx, stop := withHangup(context.Background(), fdOf(t, r), -1)
+	ctx, stop := withHangup(context.Background(), io.Discard, fdOf(t, r), -1)
 	defer stop()
 	w.Close()
 	select {
@@ -129,7 +130,7 @@ func TestHangupNotATerminal(t *testing.T) {
 func TestHangupParentCancel(t *testing.T) {
 	_, slave := testpty.Open(t)
 	parent, cancel := context.WithCancel(context.Background())
-	ctx, stop := withHangup(parent, fdOf(t, slave))
+	ctx, stop := withHangup(parent, io.Discard, fdOf(t, slave))
 	defer stop()
 	cancel()
 	<-ctx.Done()

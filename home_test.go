@@ -82,7 +82,7 @@ func TestSpecsPassNoProxyVariablesAndProtectTheRepository(t *testing.T) {
 	}
 	cfg.tree = tree
 	cfg.stamps = stampTree(cfg.launchDir, tree)
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	for name, s := range eng.containers {

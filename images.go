@@ -53,8 +53,8 @@ type sessionImage struct {
 }
 
 // sessionImages lists the sandbox image, then the router image.
-func sessionImages() []sessionImage {
-	img, router := imageNames()
+func sessionImages(set settings) []sessionImage {
+	img, router := set.image, set.routerImage
 	dImg, dRouter := defaultImageNames()
 	return []sessionImage{
 		{role: "sandbox", name: img, dflt: dImg, env: "AGENT_SANDBOX_IMAGE", dir: "sandbox-image", hostCA: true},
@@ -74,89 +74,85 @@ func releaseBuild() bool { return version != "dev" && registry != "" }
 // ensureImages runs before anything of a session is created. A missing
 // image of agent-sandbox's own is built (or, by a release build, pulled);
 // a missing image the user named is refused, and then nothing is built.
-func ensureImages(ctx context.Context, eng engine, name string) int {
+func ensureImages(ctx context.Context, eng engine, set settings, name string, out io.Writer) error {
+	missing, err := missingImages(ctx, eng, set)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if releaseBuild() {
+		for _, im := range missing {
+			say(out, "image %s is missing: pulling it (once)", im.name)
+			if err := pullImage(ctx, eng, im, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, im := range missing {
+		if err := checkContext(im); err != nil {
+			return refused(err)
+		}
+	}
+	for _, im := range missing {
+		say(out, "image %s is missing: building it (once; `agent-sandbox build` rebuilds it)", im.name)
+		if err := buildImage(ctx, eng, set, im, name, false, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// missingImages are the session's images that are not in local storage;
+// one the user named is refused, since only the user knows where it comes
+// from.
+func missingImages(ctx context.Context, eng engine, set settings) ([]sessionImage, error) {
 	var missing []sessionImage
-	for _, im := range sessionImages() {
+	for _, im := range sessionImages(set) {
 		ok, err := eng.ImageExists(ctx, im.name)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		if ok {
 			continue
 		}
 		if !im.ours() {
-			warn("image %s is missing: build or pull it, or unset %s to use agent-sandbox's own image", im.name, im.env)
-			return exitRefused
+			return nil, refusef("image %s is missing: build or pull it, or unset %s to use agent-sandbox's own image", im.name, im.env)
 		}
 		missing = append(missing, im)
 	}
-	if len(missing) == 0 {
-		return 0
-	}
-	if releaseBuild() {
-		for _, im := range missing {
-			warn("image %s is missing: pulling it (once)", im.name)
-			if err := pullImage(ctx, eng, im, os.Stderr); err != nil {
-				return imageFailed(ctx, err)
-			}
-		}
-		return 0
-	}
-	for _, im := range missing {
-		if err := checkContext(im); err != nil {
-			warn("%v", err)
-			return exitRefused
-		}
-	}
-	for _, im := range missing {
-		warn("image %s is missing: building it (once; `agent-sandbox build` rebuilds it)", im.name)
-		if err := buildImage(ctx, eng, im, name, false, os.Stderr); err != nil {
-			return imageFailed(ctx, err)
-		}
-	}
-	return 0
-}
-
-func imageFailed(ctx context.Context, err error) int {
-	if ctx.Err() != nil {
-		return exitSignal
-	}
-	return fail(err)
+	return missing, nil
 }
 
 // buildCommand is `agent-sandbox build`: it (re)builds agent-sandbox's own
 // images, whatever is there already.
-func buildCommand(ctx context.Context, only string, noCache bool) int {
+func buildCommand(ctx context.Context, set settings, out io.Writer, only string, noCache bool) error {
 	var todo []sessionImage
-	for _, im := range sessionImages() {
+	for _, im := range sessionImages(set) {
 		if only == "" || only == im.role {
 			todo = append(todo, im)
 		}
 	}
 	if len(todo) == 0 {
-		warn("--only %s: name the sandbox or the router image, as in --only router", only)
-		return exitRefused
+		return refusef("--only %s: name the sandbox or the router image, as in --only router", only)
 	}
 	for _, im := range todo {
 		// The name may be a derived image of the user's (a recipe's, say):
 		// building agent-sandbox's own image under it would replace that.
 		if !im.ours() {
-			warn("%s names %s, not agent-sandbox's own image: build makes %s; unset %s to build that and have sessions use it",
+			return refusef("%s names %s, not agent-sandbox's own image: build makes %s; unset %s to build that and have sessions use it",
 				im.env, im.name, im.dflt, im.env)
-			return exitRefused
 		}
 		if err := checkContext(im); err != nil {
-			warn("%v", err)
-			return exitRefused
+			return refused(err)
 		}
 	}
-	return withCommandService(ctx, func(opCtx context.Context, eng engine, _, name string) int {
+	return withCommandService(ctx, set, out, func(opCtx context.Context, eng engine, _, name string) error {
 		for _, im := range todo {
-			if err := buildImage(opCtx, eng, im, name, noCache, os.Stderr); err != nil {
-				return imageFailed(opCtx, err)
+			if err := buildImage(opCtx, eng, set, im, name, noCache, out); err != nil {
+				return err
 			}
 		}
-		return 0
+		return nil
 	})
 }
 
@@ -215,11 +211,11 @@ func writeContext(parent, prefix string, im sessionImage) (string, error) {
 }
 
 // buildSpec is what a build of im is given.
-func buildSpec(im sessionImage, contextDir string, noCache bool) imageBuild {
+func buildSpec(im sessionImage, baseImage, contextDir string, noCache bool) imageBuild {
 	b := imageBuild{
 		tag:        im.name,
 		contextDir: contextDir,
-		args:       map[string]string{"BASE": envOr("AGENT_SANDBOX_BASE_IMAGE", defaultBaseImage)},
+		args:       map[string]string{"BASE": baseImage},
 		noCache:    noCache,
 	}
 	if im.hostCA {
@@ -232,24 +228,24 @@ func buildSpec(im sessionImage, contextDir string, noCache bool) imageBuild {
 
 // contextParent is where build contexts are written: the runtime dir is
 // private to the user and cleaned by gc.
-func contextParent() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return d
+func contextParent(set settings) string {
+	if set.runtimeDir != "" {
+		return set.runtimeDir
 	}
 	return os.TempDir()
 }
 
-func buildImage(ctx context.Context, eng engine, im sessionImage, prefix string, noCache bool, out *os.File) error {
+func buildImage(ctx context.Context, eng engine, set settings, im sessionImage, prefix string, noCache bool, out io.Writer) error {
 	if err := checkContext(im); err != nil {
-		return err
+		return refused(err)
 	}
-	dir, err := writeContext(contextParent(), prefix, im)
+	dir, err := writeContext(contextParent(set), prefix, im)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	p := newProgress(out, isTerminal(out), "building "+im.role+" image", parseBuildLine)
-	err = eng.ImageBuild(ctx, buildSpec(im, dir, noCache), p)
+	err = eng.ImageBuild(ctx, buildSpec(im, set.baseImage, dir, noCache), p)
 	p.finish(err, "built "+im.name)
 	if err != nil {
 		// podman's message may end in a newline.
@@ -258,7 +254,7 @@ func buildImage(ctx context.Context, eng engine, im sessionImage, prefix string,
 	return nil
 }
 
-func pullImage(ctx context.Context, eng engine, im sessionImage, out *os.File) error {
+func pullImage(ctx context.Context, eng engine, im sessionImage, out io.Writer) error {
 	p := newProgress(out, isTerminal(out), "pulling "+im.role+" image", newPullParser())
 	err := eng.ImagePull(ctx, im.name, p)
 	p.finish(err, "pulled "+im.name)
@@ -268,7 +264,12 @@ func pullImage(ctx context.Context, eng engine, im sessionImage, out *os.File) e
 	return nil
 }
 
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+// isTerminal reports whether w is a terminal, which gets one progress line
+// rewritten in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
 
 // stepLine is how podman (buildah) announces each Containerfile step.
 var stepLine = regexp.MustCompile(`^STEP (\d+)(?:/(\d+))?: (.*)$`)

@@ -71,8 +71,8 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 			}
 			eng.buildOutput = "STEP 1/2: FROM docker.io/library/debian:trixie-slim\nSTEP 2/2: COPY forwarder.bin /\nCOMMIT\n"
 			cfg := testConfig(t)
-			stderr := captureStderr(t)
-			if code := runSession(context.Background(), eng, cfg); code != 7 {
+			code, stderr := runSession(context.Background(), eng, cfg)
+			if code != 7 {
 				t.Fatalf("exit code = %d, want the agent's 7: the session goes on after the build\n%s", code, stderr())
 			}
 			out := stderr()
@@ -81,11 +81,11 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 				builds = append(builds, "ImageBuild "+m)
 			}
 			// Built after both checks and before anything else.
-			want := slices.Concat(setupCalls[:2], builds, setupCalls[2:])
+			want := slices.Concat(setupCalls[:3], builds, setupCalls[3:])
 			if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 				t.Fatalf("calls = %v\nwant %v", got, want)
 			}
-			checkTeardown(t, eng.calls)
+			checkTeardown(t, eng.calls, "")
 			for _, b := range eng.builds {
 				if b.args["BASE"] != defaultBaseImage {
 					t.Errorf("%s: BASE = %q, want %s", b.tag, b.args["BASE"], defaultBaseImage)
@@ -112,14 +112,14 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 func TestBuildSpecPassesBaseAndHostCA(t *testing.T) {
 	t.Setenv("AGENT_SANDBOX_BASE_IMAGE", "localhost/my-base:1")
 	var sandbox, router sessionImage
-	for _, im := range sessionImages() {
+	for _, im := range sessionImages(newSettings(os.LookupEnv)) {
 		if im.role == "sandbox" {
 			sandbox = im
 		} else {
 			router = im
 		}
 	}
-	b := buildSpec(sandbox, "/ctx", true)
+	b := buildSpec(sandbox, newSettings(os.LookupEnv).baseImage, "/ctx", true)
 	if b.tag != sandbox.name || b.contextDir != "/ctx" || !b.noCache || b.args["BASE"] != "localhost/my-base:1" {
 		t.Errorf("sandbox build = %+v", b)
 	}
@@ -127,7 +127,7 @@ func TestBuildSpecPassesBaseAndHostCA(t *testing.T) {
 	if wantCA := err == nil; wantCA != slices.Equal(b.secrets, []string{"id=hostca,src=" + hostCABundle}) {
 		t.Errorf("sandbox secrets = %v with the host bundle present=%v", b.secrets, wantCA)
 	}
-	if r := buildSpec(router, "/ctx", false); len(r.secrets) != 0 || r.noCache {
+	if r := buildSpec(router, defaultBaseImage, "/ctx", false); len(r.secrets) != 0 || r.noCache {
 		t.Errorf("router build = %+v: it needs no secret", r)
 	}
 }
@@ -141,8 +141,8 @@ func TestCustomMissingImageIsRefusedAndNothingBuilt(t *testing.T) {
 			t.Setenv(env, "localhost/custom:1")
 			// The default images are missing too: no build for them either.
 			eng.missingImages = map[string]bool{"localhost/custom:1": true, devSandbox: true, devRouter: true}
-			stderr := captureStderr(t)
-			if code := runSession(context.Background(), eng, cfg); code != exitRefused {
+			code, stderr := runSession(context.Background(), eng, cfg)
+			if code != exitRefused {
 				t.Fatalf("exit code = %d, want %d", code, exitRefused)
 			}
 			out := stderr()
@@ -172,8 +172,7 @@ func TestDefaultNameSetExplicitlyIsBuilt(t *testing.T) {
 	cfg := testConfig(t)
 	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", devRouter)
 	eng.missingImages = map[string]bool{devRouter: true}
-	defer captureStderr(t)()
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code = %d, want 0", code)
 	}
 	if !slices.Contains(eng.calls, "ImageBuild "+devRouter) {
@@ -188,12 +187,12 @@ func TestReleaseBuildPullsMissingImages(t *testing.T) {
 	releaseVersion(t)
 	sandbox, router := "registry.test/team/agent-sandbox:1.2.3", "registry.test/team/agent-sandbox-router:1.2.3"
 	eng.missingImages = map[string]bool{sandbox: true, router: true}
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != 0 {
 		t.Fatalf("exit code = %d, want 0\n%s", code, stderr())
 	}
 	out := stderr()
-	want := []string{"ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[2]}
+	want := []string{setupCalls[0], "ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[3]}
 	if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 		t.Fatalf("calls = %v\nwant %v", got, want)
 	}
@@ -212,8 +211,8 @@ func TestFirstRunWithoutHelpersNamesMakeBuild(t *testing.T) {
 	eng := newFakeEngine()
 	cfg := testConfig(t)
 	eng.missingImages = map[string]bool{devSandbox: true, devRouter: true}
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != exitRefused {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	out := stderr()
@@ -231,8 +230,7 @@ func TestFirstRunWithoutHelpersNamesMakeBuild(t *testing.T) {
 	eng = newFakeEngine()
 	eng.missingImages = map[string]bool{devSandbox: true}
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
-	defer captureStderr(t)()
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("sandbox-only build: exit code = %d, want 0", code)
 	}
 }
@@ -245,8 +243,8 @@ func TestFailedBuildShowsItsOutputAndCreatesNothing(t *testing.T) {
 	eng.missingImages = map[string]bool{devRouter: true}
 	eng.buildOutput = "STEP 1/3: FROM base\nSTEP 2/3: RUN apt-get update\nE: Unable to locate package nginx\n"
 	eng.failOn = "ImageBuild " + devRouter
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != exitPodman {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != exitPodman {
 		t.Fatalf("exit code = %d, want %d", code, exitPodman)
 	}
 	out := stderr()
@@ -268,7 +266,7 @@ func TestFailedBuildShowsItsOutputAndCreatesNothing(t *testing.T) {
 func TestWriteContextWritesTopLevelFilesWithFixedModes(t *testing.T) {
 	fakeContexts(t, true)
 	var router sessionImage
-	for _, im := range sessionImages() {
+	for _, im := range sessionImages(newSettings(os.LookupEnv)) {
 		if im.role == "router" {
 			router = im
 		}
@@ -314,8 +312,8 @@ func TestEmbeddedContextsHoldTheirFiles(t *testing.T) {
 }
 
 func TestBuildCommandRefusesUnknownImage(t *testing.T) {
-	stderr := captureStderr(t)
-	if code := buildCommand(context.Background(), "claude", false); code != exitRefused {
+	code, stderr := runBuildCommand("claude")
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	if out := stderr(); !strings.Contains(out, "--only claude") || !strings.Contains(out, "--only router") {
@@ -325,8 +323,8 @@ func TestBuildCommandRefusesUnknownImage(t *testing.T) {
 
 func TestBuildCommandNeedsHelpersForTheRouter(t *testing.T) {
 	fakeContexts(t, false)
-	stderr := captureStderr(t)
-	if code := buildCommand(context.Background(), "router", false); code != exitRefused {
+	code, stderr := runBuildCommand("router")
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	if out := stderr(); !strings.Contains(out, "make build") {
@@ -475,8 +473,8 @@ func TestParseBuildLine(t *testing.T) {
 
 func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
 	t.Setenv("AGENT_SANDBOX_IMAGE", "localhost/agent-sandbox-codex:dev")
-	stderr := captureStderr(t)
-	if code := buildCommand(context.Background(), "sandbox", false); code != exitRefused {
+	code, stderr := runBuildCommand("sandbox")
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	out := stderr()
@@ -485,4 +483,13 @@ func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
 			t.Errorf("stderr lacks %q: %q", want, out)
 		}
 	}
+}
+
+// runBuildCommand runs `agent-sandbox build --only only` with the settings
+// of the test's environment, and returns its exit code and its stderr.
+func runBuildCommand(only string) (int, func() string) {
+	out := &syncBuffer{}
+	err := buildCommand(context.Background(), newSettings(os.LookupEnv), out, only, false)
+	report(out, err)
+	return exitCode(err), out.String
 }

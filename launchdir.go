@@ -13,17 +13,18 @@ import (
 // sandbox, read-write, something the agent could use to reach beyond it:
 // $HOME, the config or the allowlist (to widen its own allowlist), or a
 // directory where other programs keep their sockets.
-func checkLaunchDir(pwd, allowlist string) error {
+func checkLaunchDir(pwd string, set settings) error {
 	pwd = realpath(pwd)
-	for _, dir := range socketDirs() {
+	for _, dir := range socketDirs(set) {
 		if inside(realpath(dir.path), pwd) {
 			return fmt.Errorf("refusing to mount %s: it is or contains %s, where %s; start from a project directory", pwd, dir.name, dir.why)
 		}
 	}
-	if home := os.Getenv("HOME"); home != "" && inside(realpath(home), pwd) {
+	if home := set.home; home != "" && inside(realpath(home), pwd) {
 		return fmt.Errorf("refusing to mount %s: it is or contains $HOME; start from a project directory", pwd)
 	}
-	for _, dir := range []string{configDir(), filepath.Dir(allowlist), filepath.Dir(realpath(allowlist))} {
+	allowlist := set.allowlist
+	for _, dir := range []string{set.configDir, filepath.Dir(allowlist), filepath.Dir(realpath(allowlist))} {
 		if dir = realpath(dir); inside(dir, pwd) {
 			return fmt.Errorf("refusing to mount %s: it contains %s, which the agent must not change; start from a project directory", pwd, dir)
 		}
@@ -37,7 +38,7 @@ type socketDir struct{ path, name, why string }
 // sockets (tmux, X11, ssh-agent, D-Bus, podman's own API): a pathname
 // socket works across network namespaces, so mounting one of these would
 // hand the agent a way to the programs that listen there.
-func socketDirs() []socketDir {
+func socketDirs(set settings) []socketDir {
 	const sockets = "programs keep sockets the agent could connect to"
 	dirs := []socketDir{
 		{"/", "/", "the whole machine is"},
@@ -46,10 +47,10 @@ func socketDirs() []socketDir {
 		{"/run", "/run", sockets + " (D-Bus, podman)"},
 		{"/dev/shm", "/dev/shm", sockets},
 	}
-	if d := os.Getenv("TMPDIR"); d != "" {
+	if d := set.tmpDir; d != "" {
 		dirs = append(dirs, socketDir{d, "$TMPDIR", sockets})
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+	if d := set.runtimeDir; d != "" {
 		dirs = append(dirs, socketDir{d, "$XDG_RUNTIME_DIR", sockets + " (D-Bus, podman, this session's own API service)"})
 	}
 	return dirs

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,7 +67,7 @@ func TestCheckLaunchDir(t *testing.T) {
 		{filepath.Join(home, "src"), filepath.Join(project, "hosts-link"), "src/project"},
 		{filepath.Join(root, "lists"), filepath.Join(project, "hosts-link"), "lists"},
 	} {
-		err := checkLaunchDir(tc.pwd, tc.allowlist)
+		err := checkLaunchDir(tc.pwd, settingsWithAllowlist(tc.allowlist))
 		switch {
 		case tc.refuse == "" && err != nil:
 			t.Errorf("checkLaunchDir(%s) refused: %v", tc.pwd, err)
@@ -77,9 +79,9 @@ func TestCheckLaunchDir(t *testing.T) {
 
 func TestEnsureAllowlistSeedsOnceAndKeepsEdits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cfg/agent-sandbox/allowed-hosts")
-	stderr := captureStderr(t)
-	must(t, ensureAllowlist(path))
-	if out := stderr(); !strings.Contains(out, "created "+path) {
+	var stderr bytes.Buffer
+	must(t, ensureAllowlist(path, &stderr))
+	if out := stderr.String(); !strings.Contains(out, "created "+path) {
 		t.Errorf("no note on stderr: %q", out)
 	}
 	got, err := os.ReadFile(path)
@@ -91,13 +93,13 @@ func TestEnsureAllowlistSeedsOnceAndKeepsEdits(t *testing.T) {
 		}
 	}
 	must(t, os.WriteFile(path, []byte("mine.example\n"), 0o644))
-	must(t, ensureAllowlist(path))
+	must(t, ensureAllowlist(path, io.Discard))
 	if got, _ := os.ReadFile(path); string(got) != "mine.example\n" {
 		t.Fatalf("user's allowlist was changed to %q", got)
 	}
 	dir := filepath.Join(t.TempDir(), "adir")
 	must(t, os.Mkdir(dir, 0o755))
-	if err := ensureAllowlist(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+	if err := ensureAllowlist(dir, io.Discard); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("directory as allowlist: %v", err)
 	}
 }
@@ -114,7 +116,7 @@ func TestPrepareRefusals(t *testing.T) {
 	colon := filepath.Join(root, "a:b")
 	must(t, os.Mkdir(colon, 0o755))
 	t.Chdir(colon)
-	if _, err := prepare([]string{"true"}); err == nil || !strings.Contains(err.Error(), "':'") {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "':'") {
 		t.Fatalf("dir with ':' accepted: %v", err)
 	}
 
@@ -122,16 +124,16 @@ func TestPrepareRefusals(t *testing.T) {
 	must(t, os.Mkdir(project, 0o755))
 	t.Chdir(project)
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.0.0.1,not-an-ip")
-	if _, err := prepare([]string{"true"}); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
 		t.Fatalf("bad upstream DNS accepted: %v", err)
 	}
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.99.0.10")
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.0/33")
-	if _, err := prepare([]string{"true"}); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
 		t.Fatalf("bad upstream allow accepted: %v", err)
 	}
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.7/24")
-	cfg, err := prepare([]string{"true"})
+	cfg, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}})
 	must(t, err)
 	if cfg.upstreamAllow != "10.99.0.0/24" || cfg.upstreamDNS != "10.99.0.10" || cfg.launchDir != project || len(cfg.entries) != 1 {
 		t.Fatalf("prepare = %+v", cfg)
@@ -178,7 +180,7 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 		project:                     "",
 		filepath.Join(project, "x"): "",
 	} {
-		err := checkLaunchDir(dir, list)
+		err := checkLaunchDir(dir, settingsWithAllowlist(list))
 		switch {
 		case refuse == "" && err != nil:
 			t.Errorf("checkLaunchDir(%s) refused: %v", dir, err)
@@ -271,4 +273,12 @@ func TestEnclosingSessionRefusesADirInsideARunningSession(t *testing.T) {
 			t.Errorf("refusal does not name the enclosing dir: %v", err)
 		}
 	}
+}
+
+// settingsWithAllowlist is the test environment's settings with another
+// allowlist.
+func settingsWithAllowlist(path string) settings {
+	set := newSettings(os.LookupEnv)
+	set.allowlist = path
+	return set
 }

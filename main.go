@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	_ "embed"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,20 +27,9 @@ func main() {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	// A terminal that hangs up ends it as SIGHUP does, SIGHUP or not.
-	ctx, stopHangup := withHangup(ctx, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	code := run(ctx, os.Args[1:])
+	ctx, stopHangup := withHangup(ctx, os.Stderr, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
+	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)
 	stopHangup()
 	stop()
 	os.Exit(code)
-}
-
-func warn(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "agent-sandbox: "+format+"\n", a...)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

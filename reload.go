@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/term"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
@@ -47,21 +46,23 @@ type allowlistWatcher struct {
 // watchAllowlist polls the allowlist at path until ctx ends. A change that
 // parses and differs from current is passed to apply; one that does not
 // parse is refused with a warning, and the session keeps its list.
-func watchAllowlist(ctx context.Context, path string, current []entry, apply func([]entry) error) {
-	w := &allowlistWatcher{path: path, interval: watchInterval, settle: watchSettle, apply: apply, warn: warnMidSession, current: current}
+func watchAllowlist(ctx context.Context, path string, current []entry, apply func([]entry) error, warn func(string, ...any)) {
+	w := &allowlistWatcher{path: path, interval: watchInterval, settle: watchSettle, apply: apply, warn: warn, current: current}
 	w.run(ctx)
 }
 
-// warnMidSession is warn for a session whose agent holds the terminal:
-// every line gets the prefix, and on a terminal, which the agent's attach
-// has put in raw mode, lines end in "\r\n" and start on a line of their
-// own.
-func warnMidSession(format string, a ...any) {
-	msg := "agent-sandbox: " + strings.ReplaceAll(fmt.Sprintf(format, a...), "\n", "\nagent-sandbox: ") + "\n"
-	if term.IsTerminal(int(os.Stderr.Fd())) {
-		msg = "\r\n" + strings.ReplaceAll(msg, "\n", "\r\n")
+// midSessionWarner warns on out while the agent holds the terminal: every
+// line gets the prefix, and on a terminal, which the agent's attach has
+// put in raw mode, lines end in "\r\n" and start on a line of their own.
+func midSessionWarner(out io.Writer) func(string, ...any) {
+	raw := isTerminal(out)
+	return func(format string, a ...any) {
+		msg := "agent-sandbox: " + strings.ReplaceAll(fmt.Sprintf(format, a...), "\n", "\nagent-sandbox: ") + "\n"
+		if raw {
+			msg = "\r\n" + strings.ReplaceAll(msg, "\n", "\r\n")
+		}
+		fmt.Fprint(out, msg)
 	}
-	fmt.Fprint(os.Stderr, msg)
 }
 
 func (w *allowlistWatcher) run(ctx context.Context) {

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -305,7 +305,7 @@ func TestWatchStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		watchAllowlist(ctx, path, nil, func([]entry) error { return nil })
+		watchAllowlist(ctx, path, nil, func([]entry) error { return nil }, func(string, ...any) {})
 		close(done)
 	}()
 	cancel()
@@ -486,18 +486,10 @@ func TestRouterFilesApplyFailureKeepsThePlan(t *testing.T) {
 }
 
 func TestWarnMidSessionPrefixesEveryLine(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	warnMidSession("first %s\nsecond", "line")
-	os.Stderr = old
-	_ = w.Close()
-	got, _ := io.ReadAll(r)
-	if want := "agent-sandbox: first line\nagent-sandbox: second\n"; string(got) != want {
-		t.Errorf("got %q, want %q", got, want)
+	var out bytes.Buffer
+	midSessionWarner(&out)("first %s\nsecond", "line")
+	if want := "agent-sandbox: first line\nagent-sandbox: second\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }
 

@@ -20,8 +20,6 @@ import (
 // is refused as a launch dir), and a session reads a secret only to write
 // it into the router's include file.
 
-func secretsDir() string { return filepath.Join(configDir(), "secrets") }
-
 // maxSecretInput bounds what `secret set` reads from a pipe.
 const maxSecretInput = 64 << 10
 
@@ -131,7 +129,7 @@ func secretNameError(name string) error {
 	return fmt.Errorf("%q is not a secret agent-sandbox knows; use one of: %s", name, strings.Join(secretNames(), ", "))
 }
 
-func newSecretCommand(code *int) *cobra.Command {
+func newSecretCommand(set settings) *cobra.Command {
 	var names strings.Builder
 	for _, k := range credKinds {
 		fmt.Fprintf(&names, "  %-16s %-24s %s\n", k.secret, k.env, k.provider.host)
@@ -153,80 +151,75 @@ A stored file that other users may read is refused, with the chmod that fixes it
   agent-sandbox secret list
   agent-sandbox secret rm gemini`,
 		Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			_ = cmd.Help()
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
 		},
 	}
 	cmd.AddCommand(reportFlagErrors(&cobra.Command{
 		Use:   "set NAME",
 		Short: "Store a secret, read from stdin (not echoed on a terminal)",
 		Args:  cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			*code = secretSet(args, cmd.InOrStdin(), os.Stderr)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return secretSet(set, args, cmd.InOrStdin(), cmd.ErrOrStderr())
 		},
 	}), reportFlagErrors(&cobra.Command{
 		Use:   "list",
 		Short: "List the stored secrets, by name only",
 		Args:  cobra.ArbitraryArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			*code = secretList(args, cmd.OutOrStdout())
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return secretList(set, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}), reportFlagErrors(&cobra.Command{
 		Use:     "rm NAME",
 		Aliases: []string{"remove"},
 		Short:   "Remove a stored secret",
 		Args:    cobra.ArbitraryArgs,
-		Run: func(_ *cobra.Command, args []string) {
-			*code = secretRemove(args)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return secretRemove(set, args, cmd.ErrOrStderr())
 		},
 	}))
 	return reportFlagErrors(cmd)
 }
 
-func secretSet(args []string, in io.Reader, prompt io.Writer) int {
+// secretSet stores a secret; prompt is where the prompt and the outcome go.
+func secretSet(set settings, args []string, in io.Reader, prompt io.Writer) error {
 	if len(args) != 1 {
-		warn("secret set takes one name, as in: agent-sandbox secret set anthropic (one of %s)", strings.Join(secretNames(), ", "))
-		return exitRefused
+		return refusef("secret set takes one name, as in: agent-sandbox secret set anthropic (one of %s)", strings.Join(secretNames(), ", "))
 	}
 	kind := credKindBySecret(args[0])
 	if kind == nil {
-		warn("%v", secretNameError(args[0]))
-		return exitRefused
+		return refused(secretNameError(args[0]))
 	}
 	v, err := secretInput(in, prompt, kind)
 	if err == nil {
 		err = checkCredentialValue("the "+kindNoun(kind), v)
 	}
 	if err != nil {
-		warn("%v; nothing was stored", err)
-		return exitRefused
+		return refusef("%v; nothing was stored", err)
 	}
-	dir := secretsDir()
+	dir := set.secretsDir()
 	if err := writeSecret(dir, kind.secret, v); err != nil {
-		warn("%v", err)
-		return exitRefused
+		return refused(err)
 	}
-	warn("stored %s in %s; sessions add it for %s", kind.secret, filepath.Join(dir, kind.secret), kind.provider.host)
-	if _, ok := os.LookupEnv(kind.env); ok {
-		warn("%s is set in your environment, which sessions use first", kind.env)
+	say(prompt, "stored %s in %s; sessions add it for %s", kind.secret, filepath.Join(dir, kind.secret), kind.provider.host)
+	if _, ok := set.lookup(kind.env); ok {
+		say(prompt, "%s is set in your environment, which sessions use first", kind.env)
 	}
-	return 0
+	return nil
 }
 
 // secretList prints the names of the stored secrets on stdout, one a
-// line; a file that sessions would refuse gets its fix on stderr.
-func secretList(args []string, out io.Writer) int {
+// line; a file that sessions would refuse gets its fix on errOut.
+func secretList(set settings, args []string, out, errOut io.Writer) error {
 	if len(args) > 0 {
-		warn("secret list takes no arguments")
-		return exitRefused
+		return refusef("secret list takes no arguments")
 	}
-	dir := secretsDir()
+	dir := set.secretsDir()
 	des, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		warn("cannot read %s: %v", dir, err)
-		return exitRefused
+		return refusef("cannot read %s: %v", dir, err)
 	}
-	code := 0
+	var result error
 	for _, de := range des {
 		name := de.Name()
 		if !slices.Contains(secretNames(), name) {
@@ -238,31 +231,27 @@ func secretList(args []string, out io.Writer) int {
 			err = checkSecretFile(filepath.Join(dir, name), fi)
 		}
 		if err != nil {
-			warn("%v", err)
-			code = exitRefused
+			say(errOut, "%v", err)
+			result = reported(exitRefused)
 		}
 	}
-	return code
+	return result
 }
 
-func secretRemove(args []string) int {
+func secretRemove(set settings, args []string, errOut io.Writer) error {
 	if len(args) != 1 {
-		warn("secret rm takes one name, as in: agent-sandbox secret rm anthropic")
-		return exitRefused
+		return refusef("secret rm takes one name, as in: agent-sandbox secret rm anthropic")
 	}
 	if credKindBySecret(args[0]) == nil {
-		warn("%v", secretNameError(args[0]))
-		return exitRefused
+		return refused(secretNameError(args[0]))
 	}
-	path := filepath.Join(secretsDir(), args[0])
+	path := filepath.Join(set.secretsDir(), args[0])
 	if err := os.Remove(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			warn("no secret %s is stored (%s does not exist)", args[0], path)
-		} else {
-			warn("cannot remove %s: %v", path, err)
+			return refusef("no secret %s is stored (%s does not exist)", args[0], path)
 		}
-		return exitRefused
+		return refusef("cannot remove %s: %v", path, err)
 	}
-	warn("removed %s", args[0])
-	return 0
+	say(errOut, "removed %s", args[0])
+	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,17 +18,7 @@ import (
 // tree with stdin, and returns its exit code, stdout and stderr.
 func secretCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	stderr := captureStderr(t)
-	code := 0
-	root := newRootCommand(context.Background(), &code)
-	var out bytes.Buffer
-	root.SetIn(strings.NewReader(stdin))
-	root.SetOut(&out)
-	root.SetArgs(append([]string{"secret"}, args...))
-	if err := root.Execute(); err != nil {
-		code = 1
-	}
-	return code, out.String(), stderr()
+	return runCLI(t, stdin, append([]string{"secret"}, args...)...)
 }
 
 func secretTestConfig(t *testing.T) string {

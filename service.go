@@ -24,6 +24,7 @@ import (
 // the socket anew for every request, so the old one works again.
 type service struct {
 	podman, sock string
+	out          io.Writer // where a death in use is told
 
 	mu        sync.Mutex
 	proc      *os.Process
@@ -37,12 +38,66 @@ type service struct {
 	replaced chan struct{} // closed when the replacement answers, or could not start
 }
 
+// openService starts a private podman API service for a session or a
+// command, in a temp dir of its own under runtimeDir (never the one mounted
+// into the router), and pushes what undoes it onto undo. The context it
+// returns talks to the service and ends with ctx.
+func openService(ctx context.Context, set settings, runtimeDir, name string, trace *tracer, undo *cleanupStack) (context.Context, engine, error) {
+	apiDir, err := os.MkdirTemp(runtimeDir, name+"-api.")
+	if err != nil {
+		return nil, nil, refused(err)
+	}
+	undo.push("the API service's dir "+apiDir, func(context.Context) error { return os.RemoveAll(apiDir) })
+	done := trace.step("podman service start")
+	conn, eng, stop, err := startService(set.podman, apiDir, trace.out)
+	done()
+	undo.push("the podman API service", func(context.Context) error {
+		defer trace.step("podman service stop")()
+		stop()
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if trace.on {
+		eng = tracedEngine{eng, trace}
+	}
+	opCtx, cancel := context.WithCancel(conn)
+	context.AfterFunc(ctx, cancel)
+	return opCtx, eng, nil
+}
+
+// withCommandService runs fn for a command other than a session (gc,
+// build, log) against a private API service of its own, named like a
+// session so that what a killed one leaves is collected like a session's.
+// A signal makes it errInterrupted.
+func withCommandService(ctx context.Context, set settings, out io.Writer, fn func(ctx context.Context, eng engine, runtimeDir, name string) error) error {
+	runtimeDir, err := set.requireRuntimeDir()
+	if err != nil {
+		return err
+	}
+	name := newSessionName()
+	var undo cleanupStack
+	opCtx, eng, err := openService(ctx, set, runtimeDir, name, newTracer(set.trace, out), &undo)
+	if err == nil {
+		err = fn(opCtx, eng, runtimeDir, name)
+	}
+	if uerr := undo.unwind(context.Background()); uerr != nil && err == nil {
+		err = uerr
+	}
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	return err
+}
+
 // startService runs a private `podman system service` on a socket in dir and
 // connects to it. The returned stop func is never nil and must be called
 // even on error.
-func startService(dir string) (context.Context, engine, func(), error) {
+func startService(podman, dir string, out io.Writer) (context.Context, engine, func(), error) {
 	s := &service{
-		podman:   envOr("AGENT_SANDBOX_PODMAN", "podman"),
+		podman:   podman,
+		out:      out,
 		sock:     filepath.Join(dir, "podman.sock"),
 		died:     make(chan struct{}),
 		replaced: make(chan struct{}),
@@ -141,11 +196,11 @@ func (s *service) watch(exited <-chan struct{}) {
 	defer close(s.replaced)
 	_ = os.Remove(s.sock)
 	if err := s.spawn(); err != nil {
-		warn("cannot start a podman service for teardown: %v", err)
+		say(s.out, "cannot start a podman service for teardown: %v", err)
 		return
 	}
 	if _, err := s.connect(15 * time.Second); err != nil {
-		warn("cannot start a podman service for teardown: %v", err)
+		say(s.out, "cannot start a podman service for teardown: %v", err)
 	}
 }
 
@@ -251,34 +306,28 @@ func (e serviceEngine) untilDeath(ctx context.Context) (context.Context, context
 	return c, cancel
 }
 
-func (e serviceEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
-	err := e.engine.ContainerStop(ctx, name, timeout)
+// again makes a teardown call once more through the replacement when the
+// first attempt failed because the service died.
+func (e serviceEngine) again(call func() error) error {
+	err := call()
 	if e.s.lost(err) {
-		err = e.engine.ContainerStop(ctx, name, timeout)
+		err = call()
 	}
 	return err
+}
+
+func (e serviceEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
+	return e.again(func() error { return e.engine.ContainerStop(ctx, name, timeout) })
 }
 
 func (e serviceEngine) ContainerRemove(ctx context.Context, name string) error {
-	err := e.engine.ContainerRemove(ctx, name)
-	if e.s.lost(err) {
-		err = e.engine.ContainerRemove(ctx, name)
-	}
-	return err
+	return e.again(func() error { return e.engine.ContainerRemove(ctx, name) })
 }
 
 func (e serviceEngine) PodRemove(ctx context.Context, name string) error {
-	err := e.engine.PodRemove(ctx, name)
-	if e.s.lost(err) {
-		err = e.engine.PodRemove(ctx, name)
-	}
-	return err
+	return e.again(func() error { return e.engine.PodRemove(ctx, name) })
 }
 
 func (e serviceEngine) NetworkRemove(ctx context.Context, name string) error {
-	err := e.engine.NetworkRemove(ctx, name)
-	if e.s.lost(err) {
-		err = e.engine.NetworkRemove(ctx, name)
-	}
-	return err
+	return e.again(func() error { return e.engine.NetworkRemove(ctx, name) })
 }

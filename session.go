@@ -5,19 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/specgen"
-	spec "github.com/opencontainers/runtime-spec/specs-go"
 	"go.podman.io/common/libnetwork/types"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 )
 
@@ -39,13 +34,6 @@ const (
 	agentStopTimeout = 3 * time.Second
 )
 
-// Exit codes besides the agent's own.
-const (
-	exitRefused = 1   // the launcher refused to start
-	exitPodman  = 125 // podman or its API failed, as `podman run` reports it
-	exitSignal  = 130 // a signal ended the session
-)
-
 // defaultImageNames are the images agent-sandbox provides by itself: built
 // locally by a dev build, pulled from the registry by a release build.
 func defaultImageNames() (string, string) {
@@ -55,22 +43,8 @@ func defaultImageNames() (string, string) {
 	return "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
 }
 
-// imageNames are the sandbox and router images sessions run.
-func imageNames() (string, string) {
-	img, router := defaultImageNames()
-	return envOr("AGENT_SANDBOX_IMAGE", img), envOr("AGENT_SANDBOX_ROUTER_IMAGE", router)
-}
-
-func configDir() string {
-	return filepath.Join(envOr("XDG_CONFIG_HOME", filepath.Join(os.Getenv("HOME"), ".config")), "agent-sandbox")
-}
-
-func allowlistPath() string {
-	return envOr("AGENT_SANDBOX_ALLOWLIST", filepath.Join(configDir(), "allowed-hosts"))
-}
-
-// sessionConfig is everything a session needs that comes from the user's
-// environment, checked before anything is created.
+// sessionConfig is what one session runs with, checked before anything is
+// created.
 type sessionConfig struct {
 	name      string
 	launchDir string
@@ -84,7 +58,7 @@ type sessionConfig struct {
 	tty           bool
 	upstreamDNS   string
 	upstreamAllow string
-	egress        string // the shared egress network; "" for egressNet
+	egress        string // the shared egress network
 	homeVolume    string // the volume at /home/claude
 	homeLabels    map[string]string
 	// tree is what the launch dir held at start (sockets refuse it; git
@@ -94,316 +68,6 @@ type sessionConfig struct {
 	stamps fileStamps
 	// cred is what the router adds credentials for (credentials.go).
 	cred sessionCredentials
-	// labelled are the objects of every session, listed once at start:
-	// for the check on enclosing sessions and for the clean-up of dead
-	// ones.
-	labelled []labelledObject
-}
-
-func (c sessionConfig) egressNetwork() string {
-	if c.egress == "" {
-		return egressNet
-	}
-	return c.egress
-}
-
-// launchArgs are the launcher's own leading options and the agent command.
-type launchArgs struct {
-	cmd []string
-	// env is passed into the agent explicitly; nothing of the host's
-	// environment is by default.
-	env map[string]string
-	// home is the volume --home names; "" for the default.
-	home string
-}
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// parseLaunchArgs takes `[--env NAME | --home VOLUME]... [--exec CMD ARGS... | claude args...]`.
-// Everything after the launcher's options belongs to the agent.
-func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
-	la := launchArgs{env: map[string]string{}}
-	for len(args) > 0 {
-		opt, value, inline := strings.Cut(args[0], "=")
-		if opt != "--env" && opt != "--home" {
-			break
-		}
-		if inline {
-			args = args[1:]
-		} else {
-			if len(args) < 2 {
-				if opt == "--home" {
-					return la, errors.New("--home needs a volume name, as in: agent-sandbox --home agent-sandbox-home")
-				}
-				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
-			}
-			value, args = args[1], args[2:]
-		}
-		if opt == "--home" {
-			if !volumeName.MatchString(value) {
-				return la, fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
-			}
-			la.home = value
-			continue
-		}
-		name := value
-		if !envName.MatchString(name) {
-			return la, fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", name)
-		}
-		v, ok := getenv(name)
-		if !ok {
-			return la, fmt.Errorf("--env %s: %s is not set in your environment", name, name)
-		}
-		la.env[name] = v
-	}
-	la.cmd = append([]string{"claude"}, args...)
-	if len(args) > 0 && args[0] == "--exec" {
-		la.cmd = args[1:]
-		if len(la.cmd) == 0 {
-			return la, errors.New("--exec needs a command, as in: agent-sandbox --exec bash")
-		}
-	}
-	return la, nil
-}
-
-// launch runs one session and returns the process exit code.
-func launch(ctx context.Context, args []string) int {
-	la, err := parseLaunchArgs(args, os.LookupEnv)
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	cfg, err := prepare(la.cmd)
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	cfg.env = la.env
-	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, os.Getenv("AGENT_SANDBOX_HOME_VOLUME"), cfg.launchDir)
-
-	runtimeDir, err := xdgRuntimeDir()
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	tmp, err := os.MkdirTemp(runtimeDir, cfg.name+".")
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	cfg.tmp = tmp
-	if cfg.cred, err = credentialsFor(la.env, runtimeDir, cfg.name); err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	defer cfg.cred.remove()
-
-	trace := newTracer()
-	return withService(ctx, runtimeDir, cfg.name, trace, func(opCtx context.Context, eng engine) int {
-		// One listing serves the session's check and the clean-up.
-		if cfg.labelled, err = eng.ListLabelled(opCtx, labelSession); err != nil {
-			return fail(err)
-		}
-		// Sessions whose launcher was killed are cleaned up beside this
-		// one, so that they cost it no start-up time. The leak tests turn
-		// this off, so that a leak is seen after the session that made it.
-		if os.Getenv("AGENT_SANDBOX_NO_START_GC") == "" {
-			gcDone := make(chan struct{})
-			go func() {
-				defer close(gcDone)
-				_ = removeStale(opCtx, eng, cfg.labelled, runtimeDir)
-			}()
-			defer func() { <-gcDone }()
-		}
-		return runSession(opCtx, eng, cfg)
-	})
-}
-
-func xdgRuntimeDir() (string, error) {
-	dir := os.Getenv("XDG_RUNTIME_DIR")
-	if dir == "" {
-		return "", errors.New("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")
-	}
-	return dir, nil
-}
-
-// withService runs fn against a private podman API service whose socket
-// lives in a temp dir of its own (never the one mounted into the router),
-// and stops the service and removes the dir afterwards. A signal on ctx
-// cancels fn's context and makes the exit code 130.
-func withService(ctx context.Context, runtimeDir, name string, trace *tracer, fn func(context.Context, engine) int) int {
-	apiDir, err := os.MkdirTemp(runtimeDir, name+"-api.")
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	defer func() { _ = os.RemoveAll(apiDir) }()
-
-	done := trace.step("podman service start")
-	conn, eng, stopService, err := startService(apiDir)
-	done()
-	defer func() {
-		done := trace.step("podman service stop")
-		stopService()
-		done()
-	}()
-	if err != nil {
-		warn("%v", err)
-		if ctx.Err() != nil {
-			return exitSignal
-		}
-		return exitPodman
-	}
-	if trace.on {
-		eng = tracedEngine{eng, trace}
-	}
-	opCtx, cancel := context.WithCancel(conn)
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	code := fn(opCtx, eng)
-	if ctx.Err() != nil {
-		return exitSignal
-	}
-	return code
-}
-
-// newSessionName names a session, or a command's own API service: what a
-// killed one leaves behind is then collected like a session's.
-func newSessionName() string {
-	return fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
-}
-
-// withCommandService runs fn for a command other than a session (gc,
-// build) against a private API service of its own.
-func withCommandService(ctx context.Context, fn func(ctx context.Context, eng engine, runtimeDir, name string) int) int {
-	dir, err := xdgRuntimeDir()
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	name := newSessionName()
-	return withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
-		return fn(opCtx, eng, dir, name)
-	})
-}
-
-// gc removes what killed sessions left behind and lists (with homes,
-// removes) the homes of projects that no longer exist. It returns the exit
-// code.
-func gc(ctx context.Context, out io.Writer, homes bool) int {
-	return withCommandService(ctx, func(opCtx context.Context, eng engine, dir, _ string) int {
-		removed, err := collectGarbage(opCtx, eng, dir)
-		for _, r := range removed {
-			fmt.Fprintln(out, "removed", r)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if err := collectHomes(opCtx, eng, out, homes); err != nil {
-			return fail(err)
-		}
-		return 0
-	})
-}
-
-// prepare checks the launch directory and the allowlist and names the
-// session. Nothing is created in podman before it succeeds.
-func prepare(cmd []string) (sessionConfig, error) {
-	cfg := sessionConfig{cmd: cmd}
-	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
-		return cfg, err
-	}
-	pwd, err := os.Getwd()
-	if err != nil {
-		return cfg, fmt.Errorf("cannot find the current directory: %w", err)
-	}
-	// What is checked is what is mounted: the path with every link
-	// resolved, so that no link is followed again at the mount.
-	dir := realpath(pwd)
-	for _, p := range []string{pwd, dir} {
-		if strings.Contains(p, ":") {
-			return cfg, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", p)
-		}
-	}
-	allowlist := allowlistPath()
-	if err := checkLaunchDir(dir, allowlist); err != nil && !mutated("launch-dir-check") {
-		return cfg, err
-	}
-	if cfg.tree, err = scanLaunchDir(dir, launchScanBound); err != nil {
-		return cfg, err
-	}
-	if err := socketRefusal(dir, cfg.tree); err != nil && !mutated("launch-dir-check") {
-		return cfg, err
-	}
-	cfg.stamps = stampTree(dir, cfg.tree)
-	if err := ensureAllowlist(allowlist); err != nil {
-		return cfg, err
-	}
-	if cfg.entries, err = parseAllowlist(allowlist); err != nil {
-		return cfg, err
-	}
-	for _, w := range lintAllowlist(cfg.entries) {
-		warn("%s", w)
-	}
-	cfg.allowlist = allowlist
-	if cfg.upstreamDNS, err = parseAddrList("AGENT_SANDBOX_UPSTREAM_DNS"); err != nil {
-		return cfg, err
-	}
-	if cfg.upstreamAllow, err = parsePrefixList("AGENT_SANDBOX_UPSTREAM_ALLOW"); err != nil {
-		return cfg, err
-	}
-	cfg.egress = os.Getenv("AGENT_SANDBOX_EGRESS_NETWORK")
-	cfg.launchDir = dir
-	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
-	cfg.name = newSessionName()
-	return cfg, nil
-}
-
-// parseAddrList checks a comma-separated list of IP addresses in env.
-func parseAddrList(env string) (string, error) {
-	var out []string
-	for _, f := range splitList(os.Getenv(env)) {
-		a, err := netip.ParseAddr(f)
-		if err != nil {
-			return "", fmt.Errorf("%s: %q is not an IP address (use a comma-separated list such as 10.0.0.53,10.0.0.54)", env, f)
-		}
-		out = append(out, a.String())
-	}
-	return strings.Join(out, ","), nil
-}
-
-// parsePrefixList checks a comma-separated list of CIDRs in env.
-func parsePrefixList(env string) (string, error) {
-	var out []string
-	for _, f := range splitList(os.Getenv(env)) {
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			return "", fmt.Errorf("%s: %q is not a CIDR (use a comma-separated list such as 10.20.0.0/16)", env, f)
-		}
-		out = append(out, p.Masked().String())
-	}
-	return strings.Join(out, ","), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// fail reports a podman API error with podman's own exit code for it.
-func fail(err error) int {
-	warn("%v", err)
-	return exitPodman
-}
-
-func sessionLabels(name string) map[string]string {
-	return map[string]string{labelSession: name, labelOwner: ownerID(os.Getpid())}
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -416,152 +80,307 @@ func namesFor(session string) sessionNames {
 	return sessionNames{session, session + "-router", session + "-forwarder", session + "-claude"}
 }
 
-// runSession creates the session's network, router and pod, runs the agent
-// and removes all of it again. It returns the process exit code.
-func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
-	image, routerImage := imageNames()
-	homeVolume := cfg.homeVolume
-	egress := cfg.egressNetwork()
-	names := namesFor(cfg.name)
-	labels := sessionLabels(cfg.name)
-	labels[labelDir] = cfg.launchDir
-	agentStarted, agentExited := false, false
-	var files *routerFiles
+func sessionLabels(name, launchDir string) map[string]string {
+	return map[string]string{labelSession: name, labelOwner: ownerID(os.Getpid()), labelDir: launchDir}
+}
 
-	// Teardown runs on a context of its own: the one given may have been
-	// cancelled by the signal that ends the session.
-	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-		defer cancel()
-		if agentStarted && !agentExited {
-			_ = eng.ContainerStop(tctx, names.agent, agentStopTimeout)
-		}
-		// The agent has stopped: the walk of the launch dir for what it
-		// left the host runs beside the removals, which do not touch it.
-		left := make(chan []string, 1)
-		if agentStarted {
-			go func() { left <- leftForHost(cfg) }()
-			// Say what the allowlist blocked: a silent failure is the most
-			// common complaint about allowlist sandboxes.
-			// Against the list in force at the end: a host allowed
-			// meanwhile needs no advice.
-			routerLog := eng.ContainerLogs(tctx, names.router, 0)
-			hosts, unprintable := blockedHosts(routerLog, files.entries())
-			fmt.Fprint(os.Stderr, blockedSummary(hosts, unprintable))
-			fmt.Fprint(os.Stderr, credentialSummary(routerLog, cfg.cred.creds, files.entries()))
-		}
-		// The pod and the router are independent; the network goes last
-		// since both are attached to it.
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = eng.PodRemove(tctx, names.session) })
-		wg.Go(func() { _ = eng.ContainerRemove(tctx, names.router) })
-		wg.Wait()
-		_ = eng.NetworkRemove(tctx, names.session)
-		if agentStarted {
-			fmt.Fprint(os.Stderr, hostRunSummary(cfg.launchDir, <-left))
-		}
-	}()
+// newSessionName names a session, or a command's own API service: what a
+// killed one leaves behind is then collected like a session's.
+func newSessionName() string {
+	return fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
+}
 
-	// Before anything is created: a session inside a running session's
-	// launch dir could be made to mount what that agent chooses.
-	if err := enclosingSession(cfg.launchDir, cfg.labelled, ownerAlive); err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	if code := ensureImages(ctx, eng, cfg.name); code != 0 {
-		return code
-	}
+// session is one run of the agent. Its start steps each push their undo
+// onto undo the moment the object exists; teardown unwinds it.
+type session struct {
+	set    settings
+	cfg    sessionConfig
+	out    io.Writer // the user's stderr
+	eng    engine
+	conn   context.Context // the API connection, which teardown still uses
+	names  sessionNames
+	labels map[string]string
+	undo   cleanupStack
+	files  *routerFiles
 
-	// The home volume first: a volume of that name that is not ours
-	// refuses the session before anything is created.
-	if err := eng.VolumeCreate(ctx, homeVolume, cfg.homeLabels); err != nil {
-		if errors.As(err, new(volumeNotOurs)) {
-			warn("%v", err)
-			return exitRefused
-		}
-		return fail(err)
-	}
-	if _, err := eng.NetworkCreate(ctx, &types.Network{Name: egress, Driver: "bridge", DNSEnabled: true,
-		Labels: map[string]string{labelShared: "true"}}, true); err != nil {
-		return fail(err)
-	}
-	n, err := eng.NetworkCreate(ctx, &types.Network{Name: names.session, Driver: "bridge", Internal: !mutated("internal-network"), Labels: labels,
-		Options: map[string]string{"mtu": sessionMTU}}, false)
-	if err != nil {
-		return fail(err)
-	}
-	routerIP, err := routerAddress(n)
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	files = newRouterFiles(cfg.tmp, routerIP.String())
-	files.creds = cfg.cred.plan()
-	if err := files.apply(cfg.entries); err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	if err := makeTLSDir(cfg.tmp); err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
+	agentStarted, agentExited bool
+}
 
-	// The router and the pod do not depend on each other: start them side
-	// by side, and start the agent only when both are ready. The first
-	// failure cancels the other branch and is the one reported.
-	bctx, cancelBoth := context.WithCancel(ctx)
-	defer cancelBoth()
-	var (
-		wg        sync.WaitGroup
-		firstOnce sync.Once
-		first     int
-	)
-	settle := func(code int) {
-		if code != 0 {
-			firstOnce.Do(func() { first = code; cancelBoth() })
-		}
-	}
-	wg.Go(func() {
-		settle(startHelper(bctx, eng, routerSpec(routerImage, names, labels, routerIP, cfg), "routerd: ready"))
-	})
-	agent := agentSpec(image, names, labels, homeVolume, cfg)
-	wg.Go(func() { settle(startPod(bctx, eng, names, labels, routerIP, routerImage, cfg.tmp, agent)) })
-	wg.Wait()
+func newSession(set settings, cfg sessionConfig, out io.Writer) *session {
+	return &session{set: set, cfg: cfg, out: out, names: namesFor(cfg.name), labels: sessionLabels(cfg.name, cfg.launchDir)}
+}
+
+// launch runs one session. It returns agentExit with the agent's code, or
+// why the session could not run; a signal at any step is errInterrupted.
+func launch(ctx context.Context, set settings, out io.Writer, args []string) error {
+	err := runLaunch(ctx, set, out, args)
 	if ctx.Err() != nil {
-		return exitSignal
+		return errInterrupted
 	}
-	if first != 0 {
-		return first
-	}
+	return err
+}
 
-	// From here on, edits of the allowlist reach the router and the
-	// forwarder; the watcher's first look catches any made since prepare.
-	if cfg.allowlist != "" {
+func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) error {
+	la, err := parseLaunchArgs(args, set.lookup)
+	if err != nil {
+		return refused(err)
+	}
+	runtimeDir, err := set.requireRuntimeDir()
+	if err != nil {
+		return err
+	}
+	cfg, err := prepare(set, out, la)
+	if err != nil {
+		return refused(err)
+	}
+	s := newSession(set, cfg, out)
+	defer s.teardown(ctx)
+	if err := s.makeDirs(runtimeDir); err != nil {
+		return err
+	}
+	opCtx, eng, err := openService(ctx, set, runtimeDir, cfg.name, newTracer(set.trace, out), &s.undo)
+	if err != nil {
+		return err
+	}
+	return s.runOn(opCtx, eng, runtimeDir)
+}
+
+// makeDirs makes the session's temp dir (the router's config) and the
+// router's credential dir, under the user's runtime dir.
+func (s *session) makeDirs(runtimeDir string) error {
+	tmp, err := os.MkdirTemp(runtimeDir, s.cfg.name+".")
+	if err != nil {
+		return refused(err)
+	}
+	s.undo.push("the session's dir "+tmp, func(context.Context) error { return os.RemoveAll(tmp) })
+	s.cfg.tmp = tmp
+	cred, warnings, err := credentialsFor(s.set, s.cfg.env, runtimeDir, s.cfg.name)
+	for _, w := range warnings {
+		say(s.out, "%s", w)
+	}
+	if err != nil {
+		return refused(err)
+	}
+	if cred.dir != "" {
+		s.undo.push("the credential dir "+cred.dir, func(context.Context) error { return os.RemoveAll(cred.dir) })
+	}
+	s.cfg.cred = cred
+	return nil
+}
+
+// runOn starts the session's objects through eng and runs the agent; the
+// caller tears down.
+func (s *session) runOn(ctx context.Context, eng engine, runtimeDir string) error {
+	s.eng, s.conn = eng, ctx
+	if err := s.start(ctx, runtimeDir); err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// start creates what the agent runs in: nothing before the checks that can
+// refuse the session, then the networks, the router and the pod.
+func (s *session) start(ctx context.Context, runtimeDir string) error {
+	// One listing serves the check on enclosing sessions and the clean-up.
+	labelled, err := s.eng.ListLabelled(ctx, labelSession)
+	if err != nil {
+		return err
+	}
+	// A session inside a running session's launch dir could be made to
+	// mount what that agent chooses.
+	if err := enclosingSession(s.cfg.launchDir, labelled, ownerAlive); err != nil {
+		return refused(err)
+	}
+	if !s.set.noStartGC {
+		s.collectDeadSessions(ctx, labelled, runtimeDir)
+	}
+	if err := ensureImages(ctx, s.eng, s.set, s.cfg.name, s.out); err != nil {
+		return err
+	}
+	// The home first: a volume of that name that is not ours refuses the
+	// session before anything is created.
+	if err := ensureHome(ctx, s.eng, s.cfg.homeVolume, s.cfg.homeLabels); err != nil {
+		return err
+	}
+	routerIP, err := s.createNetworks(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.writeRouterFiles(routerIP); err != nil {
+		return err
+	}
+	return s.startRouterAndPod(ctx, routerIP)
+}
+
+// collectDeadSessions removes, beside this session's start so that it
+// costs none of it, what sessions whose launcher was killed left behind.
+func (s *session) collectDeadSessions(ctx context.Context, labelled []labelledObject, runtimeDir string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = removeStale(ctx, s.eng, labelled, runtimeDir)
+	}()
+	// Before the API service stops.
+	s.undo.push("dead sessions' objects", func(context.Context) error { <-done; return nil })
+}
+
+// ensureHome creates the home volume, or refuses one that containers
+// other than agent-sandbox's use: the agent would read and write someone
+// else's data. One that agent-sandbox made, or that nothing uses (made
+// beforehand with `podman volume create`), is the user's home.
+func ensureHome(ctx context.Context, eng engine, name string, labels map[string]string) error {
+	v, exists, err := eng.VolumeInspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return eng.VolumeCreate(ctx, name, labels)
+	}
+	if v.labels[labelShared] == "true" {
+		return nil
+	}
+	users, err := eng.VolumeUsers(ctx, name)
+	if err != nil {
+		return err
+	}
+	var foreign []string
+	for _, u := range users {
+		if u.labels[labelSession] == "" {
+			foreign = append(foreign, u.name)
+		}
+	}
+	if len(foreign) > 0 {
+		return refusal{volumeNotOurs{name, foreign}}
+	}
+	return nil
+}
+
+// volumeNotOurs means the home volume is in use by containers that are
+// not agent-sandbox's.
+type volumeNotOurs struct {
+	name  string
+	users []string
+}
+
+func (v volumeNotOurs) Error() string {
+	return fmt.Sprintf("volume %s is in use by %s, which agent-sandbox did not create: set AGENT_SANDBOX_HOME_VOLUME to another name, "+
+		"or remove those containers if the volume is meant for agent-sandbox", v.name, strings.Join(v.users, ", "))
+}
+
+// createNetworks ensures the shared egress network and creates the
+// session's internal one; it returns the router's address on it.
+func (s *session) createNetworks(ctx context.Context) (netip.Addr, error) {
+	egress := &types.Network{Name: s.cfg.egress, Driver: "bridge", DNSEnabled: true, Labels: map[string]string{labelShared: "true"}}
+	if _, err := s.eng.NetworkCreate(ctx, egress, true); err != nil {
+		return netip.Addr{}, err
+	}
+	name := s.names.session
+	n, err := s.eng.NetworkCreate(ctx, &types.Network{Name: name, Driver: "bridge", Internal: !mutated("internal-network"),
+		Labels: s.labels, Options: map[string]string{"mtu": sessionMTU}}, false)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	s.undo.push("network "+name, func(ctx context.Context) error { return s.eng.NetworkRemove(ctx, name) })
+	ip, err := routerAddress(n)
+	return ip, refused(err)
+}
+
+// writeRouterFiles writes the router's and the forwarder's config for the
+// allowlist into the session's temp dir.
+func (s *session) writeRouterFiles(routerIP netip.Addr) error {
+	s.files = newRouterFiles(s.cfg.tmp, routerIP.String())
+	s.files.creds = s.cfg.cred.plan()
+	if err := s.files.apply(s.cfg.entries); err != nil {
+		return refused(err)
+	}
+	return refused(makeTLSDir(s.cfg.tmp))
+}
+
+// startRouterAndPod starts the router and the pod side by side, as they
+// do not depend on each other; the first failure cancels the other.
+func (s *session) startRouterAndPod(ctx context.Context, routerIP netip.Addr) error {
+	var router, pod cleanupStack
+	s.undo.pushParallel("the router and the pod", &router, &pod)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.startRouter(gctx, routerIP, &router) })
+	g.Go(func() error { return s.startPod(gctx, routerIP, &pod) })
+	return g.Wait()
+}
+
+func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
+	spec := routerSpec(s.set.routerImage, s.names, s.labels, routerIP, s.cfg)
+	if err := s.eng.ContainerCreate(ctx, spec); err != nil {
+		return err
+	}
+	undo.push("container "+spec.Name, func(ctx context.Context) error { return s.eng.ContainerRemove(ctx, spec.Name) })
+	return s.startReady(ctx, spec.Name, "routerd: ready")
+}
+
+// startPod creates the pod, starts its loopback forwarder and creates the
+// agent's container: removing the pod removes both.
+func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
+	p, err := podSpec(s.names, s.labels, routerIP)
+	if err != nil {
+		return err
+	}
+	if err := s.eng.PodCreate(ctx, p); err != nil {
+		return err
+	}
+	undo.push("pod "+p.Name, func(ctx context.Context) error { return s.eng.PodRemove(ctx, p.Name) })
+	// The agent is created (not started) while the forwarder starts, so
+	// that only its start is left once both helpers are ready.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return s.eng.ContainerCreate(gctx, agentSpec(s.set.image, s.names, s.labels, s.cfg.homeVolume, s.cfg))
+	})
+	g.Go(func() error {
+		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.cfg.tmp)
+		if err := s.eng.ContainerCreate(gctx, f); err != nil {
+			return err
+		}
+		return s.startReady(gctx, f.Name, "forwarder: ready")
+	})
+	return g.Wait()
+}
+
+// readyTimeout bounds the wait for the router and the forwarder.
+var readyTimeout = 10 * time.Second
+
+// startReady starts a helper container and waits for its ready line. A
+// helper that never gets ready refuses the session with its log's lines
+// that say why.
+func (s *session) startReady(ctx context.Context, name, ready string) error {
+	err := s.eng.ContainerStartReady(ctx, name, ready)
+	if err == nil || ctx.Err() != nil || !errors.Is(err, errNotReady) {
+		return err
+	}
+	return refusef("%v; its log says:\n%s", err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 0), 10))
+}
+
+// run runs the agent, following edits of the allowlist meanwhile.
+func (s *session) run(ctx context.Context) error {
+	if s.cfg.allowlist != "" {
+		// The watcher's first look catches edits made since prepare.
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			watchAllowlist(watchCtx, cfg.allowlist, cfg.entries, files.apply)
+			watchAllowlist(watchCtx, s.cfg.allowlist, s.cfg.entries, s.files.apply, midSessionWarner(s.out))
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
-
-	agentStarted = true
-	code, err = runAgent(ctx, eng, names, cfg.tty)
-	agentExited = err == nil
+	s.agentStarted = true
+	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty)
+	s.agentExited = err == nil
 	if err == nil {
-		return code
-	}
-	if ctx.Err() != nil {
-		return exitSignal
+		return agentExit(code)
 	}
 	var died helperDied
-	if errors.As(err, &died) {
-		warn("%v; the session ends rather than run without it. Its log says:\n%s",
-			err, logExcerpt(eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 0), 10))
-		return exitPodman
+	if errors.As(err, &died) && ctx.Err() == nil {
+		return fmt.Errorf("%w; the session ends rather than run without it. Its log says:\n%s",
+			err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 0), 10))
 	}
-	return fail(err)
+	return err
 }
 
 // helperDied means the router or the forwarder stopped while the agent ran.
@@ -592,233 +411,112 @@ func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool) (in
 	return code, err
 }
 
-// startHelper creates a helper container and waits until it is ready.
-func startHelper(ctx context.Context, eng engine, s *specgen.SpecGenerator, ready string) int {
-	if err := eng.ContainerCreate(ctx, s); err != nil {
-		if ctx.Err() != nil {
-			return exitSignal
-		}
-		return fail(err)
+// teardown ends the session on a context of its own (the one given may
+// have been cancelled by the signal that ends it): it stops the agent,
+// says what the allowlist blocked, and unwinds what the start steps
+// created; what it could not remove, it reports.
+func (s *session) teardown(ctx context.Context) {
+	if s.conn != nil {
+		ctx = s.conn
 	}
-	return startReady(ctx, eng, s.Name, ready)
-}
-
-// startPod creates the pod, starts its loopback forwarder and creates the
-// agent's container.
-func startPod(ctx context.Context, eng engine, names sessionNames, labels map[string]string, routerIP netip.Addr, routerImage, configDir string, agent *specgen.SpecGenerator) int {
-	p, err := podSpec(names, labels, routerIP)
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	var left <-chan []string
+	if s.agentStarted {
+		left = s.endAgent(tctx)
+	}
+	err := s.undo.unwind(tctx)
+	if left != nil {
+		fmt.Fprint(s.out, hostRunSummary(s.cfg.launchDir, <-left))
+	}
 	if err != nil {
-		return fail(err)
+		report(s.out, errors.New(leftBehind(err)))
 	}
-	if err := eng.PodCreate(ctx, p); err != nil {
-		if ctx.Err() != nil {
-			return exitSignal
-		}
-		return fail(err)
-	}
-	// The agent is created (not started) while the forwarder starts, so
-	// that only its start is left once both helpers are ready.
-	agentCreated := make(chan int, 1)
-	go func() {
-		if err := eng.ContainerCreate(ctx, agent); err != nil {
-			if ctx.Err() != nil {
-				agentCreated <- exitSignal
-				return
-			}
-			agentCreated <- fail(err)
-			return
-		}
-		agentCreated <- 0
-	}()
-	code := startHelper(ctx, eng, forwarderSpec(routerImage, names, labels, configDir), "forwarder: ready")
-	if agentCode := <-agentCreated; code == 0 {
-		code = agentCode
-	}
-	return code
 }
 
-func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig) *specgen.SpecGenerator {
-	// No auto-remove: if the router dies, its logs say why. Teardown
-	// removes it.
-	r := newSpec(image, names.router, labels)
-	// routerd is not an init; something must reap dnsmasq's helpers.
-	r.Init = ptr(true)
-	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
-	r.Networks = map[string]types.PerNetworkOptions{
-		names.session:       {StaticIPs: []net.IP{routerIP.AsSlice()}},
-		cfg.egressNetwork(): {},
+// endAgent stops the agent if it still runs, starts the walk of the launch
+// dir for what it left the host (beside the removals, which do not touch
+// it), and says what the allowlist blocked and which credentials the
+// router added, by the list in force at the end: a host allowed meanwhile
+// needs no advice.
+func (s *session) endAgent(ctx context.Context) <-chan []string {
+	if !s.agentExited {
+		_ = s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout)
 	}
-	// "z", not "Z": the forwarder mounts the same directory.
-	r.Mounts = []spec.Mount{
-		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
-		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
-	}
-	if cfg.cred.dir != "" {
-		// The credentials: the router's alone ("Z").
-		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: cfg.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
-	}
-	allow := cfg.upstreamAllow
-	if mutated("private-range-filter") {
-		allow = "0.0.0.0/0"
-	}
-	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
-		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs()}
-	return r
+	left := make(chan []string, 1)
+	go func() { left <- leftForHost(s.cfg) }()
+	routerLog := s.eng.ContainerLogs(ctx, s.names.router, 0)
+	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
+	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
+	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
+	return left
 }
 
-// podSpec: the pod owns the netns, DNS and hosts file; the agent only
-// joins it.
-func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) (*specgen.PodSpecGenerator, error) {
-	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+// prepare checks the launch directory and the allowlist and names the
+// session. Nothing is created in podman before it succeeds.
+func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) {
+	cfg := sessionConfig{cmd: la.cmd, env: la.env, egress: set.egress, allowlist: set.allowlist}
+	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.launchDir, cfg.tree, err = checkedLaunchDir(set); err != nil {
+		return cfg, err
+	}
+	cfg.stamps = stampTree(cfg.launchDir, cfg.tree)
+	if cfg.entries, err = loadAllowlist(set.allowlist, out); err != nil {
+		return cfg, err
+	}
+	for _, w := range lintAllowlist(cfg.entries) {
+		say(out, "%s", w)
+	}
+	if cfg.upstreamDNS, cfg.upstreamAllow, err = set.upstream(); err != nil {
+		return cfg, err
+	}
+	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, set.homeVolume, cfg.launchDir)
+	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	cfg.name = newSessionName()
+	return cfg, nil
+}
+
+// checkedLaunchDir is the current directory with every link resolved, so
+// that what is checked is what is mounted and no link is followed again at
+// the mount, and what it holds.
+func checkedLaunchDir(set settings) (string, launchTree, error) {
+	pwd, err := os.Getwd()
 	if err != nil {
+		return "", launchTree{}, fmt.Errorf("cannot find the current directory: %w", err)
+	}
+	dir := realpath(pwd)
+	for _, p := range []string{pwd, dir} {
+		if strings.Contains(p, ":") {
+			return "", launchTree{}, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", p)
+		}
+	}
+	if err := checkLaunchDir(dir, set); err != nil && !mutated("launch-dir-check") {
+		return "", launchTree{}, err
+	}
+	tree, err := scanLaunchDir(dir, launchScanBound)
+	if err != nil {
+		return "", launchTree{}, err
+	}
+	if err := socketRefusal(dir, tree); err != nil && !mutated("launch-dir-check") {
+		return "", launchTree{}, err
+	}
+	return dir, tree, nil
+}
+
+// loadAllowlist reads the allowlist, seeding a missing one from the
+// packaged default.
+func loadAllowlist(path string, out io.Writer) ([]entry, error) {
+	if err := ensureAllowlist(path, out); err != nil {
 		return nil, err
 	}
-	p := &specgen.PodSpecGenerator{}
-	p.Name = names.session
-	p.Labels = labels
-	p.Hostname = "agent-sandbox"
-	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
-	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
-	p.DNSServer = []net.IP{routerIP.AsSlice()}
-	p.NoManageHosts = true
-	// No IPv6 in the pod: link-local would reach podman's rootless netns.
-	p.Sysctl = map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
-	p.Userns = userns
-	return p, nil
-}
-
-// forwarderSpec: loopback forwarders live in their own container, so the
-// agent can neither see, signal nor replace them. They follow the forwards
-// file that the launcher rewrites when the allowlist changes.
-func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string) *specgen.SpecGenerator {
-	f := newSpec(image, names.forwarder, labels)
-	f.Pod = names.session
-	f.User = "0:0"
-	f.ReadOnlyFilesystem = ptr(true)
-	f.ReadWriteTmpfs = ptr(true)
-	f.CapDrop = []string{"all"}
-	f.CapAdd = []string{"NET_BIND_SERVICE"}
-	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
-	f.Mounts = []spec.Mount{
-		{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}},
-		{Type: "bind", Source: tlsDirOf(configDir), Destination: tlsSocketDir, Options: []string{"ro", "z"}},
-	}
-	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
-	return f
-}
-
-// agentSpec: the agent runs unprivileged; podman's default bounding set
-// stays, minus what could touch the network, so nested containers work.
-func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig) *specgen.SpecGenerator {
-	c := newSpec(image, names.agent, labels)
-	// No auto-remove: under load podman's cleanup removed the exited
-	// container before the launcher's wait, and its exit code was lost.
-	// Teardown removes it with the pod.
-	c.Stdin = ptr(true)
-	c.Terminal = ptr(cfg.tty)
-	c.Init = ptr(true)
-	c.Pod = names.session
-	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
-	if mutated("net-raw") {
-		// podman's default set no longer has NET_RAW: keeping it means
-		// adding it.
-		c.CapDrop = []string{"NET_ADMIN", "SYS_ADMIN"}
-		c.CapAdd = []string{"NET_RAW"}
-	}
-	c.SelinuxOpts = []string{"disable"}
-	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
-	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
-	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
-	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
-	paths, emptyDirs := protectedPaths(cfg.launchDir, cfg.tree)
-	c.Mounts = append(c.Mounts, protectionMounts(cfg.launchDir, paths, emptyDirs)...)
-	c.WorkDir = cfg.launchDir
-	c.Env = map[string]string{}
-	for k, v := range cfg.env {
-		c.Env[k] = v
-	}
-	c.Env["DISABLE_AUTOUPDATER"] = "1"
-	// No telemetry, error reports or feature flags: hosts that take data
-	// under anyone's credentials.
-	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-	for k, v := range agentCredentialEnv(cfg.cred.creds) {
-		c.Env[k] = v
-	}
-	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
-	c.Command = cfg.cmd
-	return c
-}
-
-// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
-func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
-
-// makeTLSDir makes tlsDirOf(tmp), open to the forwarder, which connects
-// as another uid of the user namespace.
-func makeTLSDir(tmp string) error {
-	dir := tlsDirOf(tmp)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("cannot make the router's socket dir: %w", err)
-	}
-	return os.Chmod(dir, 0o755)
-}
-
-// routerAddress is .2 of the session network's /24: .1 is the gateway.
-func routerAddress(n types.Network) (netip.Addr, error) {
-	if len(n.Subnets) != 1 {
-		return netip.Addr{}, fmt.Errorf("session network %s has %d subnets, want one /24", n.Name, len(n.Subnets))
-	}
-	pfx, err := netip.ParsePrefix(n.Subnets[0].Subnet.String())
-	if err != nil || !pfx.Addr().Is4() || pfx.Bits() != 24 {
-		return netip.Addr{}, fmt.Errorf("session network %s has subnet %s, want an IPv4 /24 (check default_subnet_pools in containers.conf)", n.Name, n.Subnets[0].Subnet.String())
-	}
-	return pfx.Masked().Addr().Next().Next(), nil
-}
-
-func ptr[T any](v T) *T { return &v }
-
-// newSpec mirrors the `podman run` defaults that the API leaves to clients.
-func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerator {
-	s := specgen.NewSpecGenerator(image, false)
-	s.RawImageName = image
-	s.Name = name
-	s.Labels = labels
-	// Not the podman service's *_proxy variables: they may carry the
-	// user's proxy credentials, and nothing of the user's environment
-	// reaches a container unless named with --env.
-	s.HTTPProxy = ptr(false)
-	s.SdNotifyMode = define.SdNotifyModeContainer
-	return s
-}
-
-// sessionMTU is the session network's: every byte the agent sends or
-// receives crosses it twice (pod to router), and on a paravirtualised guest
-// each packet's interrupts and wake-ups cost more than its bytes; with
-// loopback's size instead of 1500 the sandbox's download ran at 0.67 of
-// direct instead of 0.53 (BENCHMARKS.md).
-const sessionMTU = "65520"
-
-// readyTimeout bounds the wait for the router and the forwarder.
-var readyTimeout = 10 * time.Second
-
-// startReady starts a helper container and waits for its ready line. A
-// helper that never gets ready is reported with its last log lines.
-func startReady(ctx context.Context, eng engine, name, ready string) int {
-	err := eng.ContainerStartReady(ctx, name, ready)
-	if err == nil {
-		return 0
-	}
-	if ctx.Err() != nil {
-		return exitSignal
-	}
-	if !errors.Is(err, errNotReady) {
-		return fail(err)
-	}
-	warn("%v; its log says:\n%s", err, logExcerpt(eng.ContainerLogs(context.WithoutCancel(ctx), name, 0), 10))
-	return exitRefused
+	return parseAllowlist(path)
 }
 
 // ensureAllowlist seeds a missing allowlist from the packaged default.
-func ensureAllowlist(path string) error {
+func ensureAllowlist(path string, out io.Writer) error {
 	fi, err := os.Stat(path)
 	if err == nil {
 		if !fi.Mode().IsRegular() {
@@ -828,15 +526,6 @@ func ensureAllowlist(path string) error {
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cannot read allowlist: %w", err)
-	}
-	src := defaultAllowlist
-	if exe, err := os.Executable(); err == nil {
-		for _, p := range []string{filepath.Join(filepath.Dir(exe), "allowed-hosts"), "/usr/share/agent-sandbox/allowed-hosts"} {
-			if b, err := os.ReadFile(p); err == nil {
-				src = b
-				break
-			}
-		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("cannot create the allowlist: %w", err)
@@ -849,26 +538,31 @@ func ensureAllowlist(path string) error {
 	if err != nil {
 		return fmt.Errorf("cannot create the allowlist: %w", err)
 	}
-	if _, err := f.Write(src); err != nil {
+	if _, err := f.Write(packagedAllowlist()); err != nil {
 		f.Close()
 		return fmt.Errorf("cannot write the allowlist: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("cannot write the allowlist: %w", err)
 	}
-	warn("created %s from the defaults; edit it to allow more hosts", path)
+	say(out, "created %s from the defaults; edit it to allow more hosts", path)
 	return nil
 }
 
-// hostAddrs lists this machine's addresses for routerd to refuse: slirp4netns
-// and pasta carry a connection to any of them to the host itself.
-func hostAddrs() string {
-	addrs, _ := net.InterfaceAddrs()
-	var out []string
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
-			out = append(out, ipn.IP.String())
+// packagedAllowlist is the default list a package installed beside the
+// binary, else the one built in.
+func packagedAllowlist() []byte {
+	if exe, err := os.Executable(); err == nil {
+		for _, p := range []string{filepath.Join(filepath.Dir(exe), "allowed-hosts"), "/usr/share/agent-sandbox/allowed-hosts"} {
+			if b, err := os.ReadFile(p); err == nil {
+				return b
+			}
 		}
 	}
-	return strings.Join(out, ",")
+	return defaultAllowlist
+}
+
+// say writes one line for the user, with the prefix.
+func say(w io.Writer, format string, a ...any) {
+	fmt.Fprintf(w, "agent-sandbox: "+format+"\n", a...)
 }

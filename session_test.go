@@ -1,13 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -22,6 +23,7 @@ func testConfig(t *testing.T) sessionConfig {
 	t.Setenv("AGENT_SANDBOX_IMAGE", "")
 	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "")
 	t.Setenv("AGENT_SANDBOX_HOME_VOLUME", "")
+	t.Setenv("AGENT_SANDBOX_NO_START_GC", "")
 	return sessionConfig{
 		name:          testSession,
 		launchDir:     "/work/project",
@@ -30,16 +32,53 @@ func testConfig(t *testing.T) sessionConfig {
 		cmd:           []string{"sh", "-c", "exit 7"},
 		upstreamDNS:   "10.99.0.10",
 		upstreamAllow: "10.99.0.0/24",
+		egress:        egressNet,
 		homeVolume:    "agent-sandbox-home",
 		homeLabels:    map[string]string{labelShared: "true"},
 	}
 }
 
+// syncBuffer is a session's stderr: the allowlist watcher writes from a
+// goroutine of its own.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// runSession runs a session with cfg against eng as launch does once the
+// API service runs, with the settings of the test's environment, and
+// returns the exit code and what the session said on stderr.
+func runSession(ctx context.Context, eng engine, cfg sessionConfig) (int, func() string) {
+	out := &syncBuffer{}
+	s := newSession(newSettings(os.LookupEnv), cfg, out)
+	err := s.runOn(ctx, eng, "")
+	s.teardown(ctx)
+	if ctx.Err() != nil {
+		err = errInterrupted
+	}
+	report(out, err)
+	return exitCode(err), out.String
+}
+
 var (
 	// setupCalls come first and in this order.
 	setupCalls = []string{
+		"ListLabelled " + labelSession,
 		"ImageExists localhost/agent-sandbox:dev",
 		"ImageExists localhost/agent-sandbox-router:dev",
+		"VolumeInspect agent-sandbox-home",
 		"VolumeCreate agent-sandbox-home",
 		"NetworkCreate agent-sandbox-egress",
 		"NetworkCreate " + testSession,
@@ -61,17 +100,47 @@ var (
 	happyCalls  = slices.Concat(setupCalls, routerCalls, podCalls, []string{agentCreate, agentRun})
 )
 
-// checkTeardown asserts the session ends with the pod and router removed
-// (in either order) and then the session network.
-func checkTeardown(t *testing.T, calls []string) {
-	t.Helper()
-	if len(calls) < 3 {
-		t.Fatalf("no teardown in %v", calls)
+// undoOf is the removal that undoes a creating call, if it made something
+// that the session alone owns: the egress network and the home volume are
+// shared and stay; the forwarder and the agent go with their pod.
+var undoOf = map[string]string{
+	"NetworkCreate " + testSession:               "NetworkRemove " + testSession,
+	"ContainerCreate " + testSession + "-router": "ContainerRemove " + testSession + "-router",
+	"PodCreate " + testSession:                   "PodRemove " + testSession,
+}
+
+// isRemoval reports whether a call removes or stops something.
+func isRemoval(call string) bool {
+	for _, p := range []string{"NetworkRemove", "ContainerRemove", "PodRemove", "VolumeRemove", "ContainerStop"} {
+		if strings.HasPrefix(call, p+" ") {
+			return true
+		}
 	}
-	last := calls[len(calls)-3:]
-	pair := slices.Sorted(slices.Values(last[:2]))
-	if !slices.Equal(pair, []string{"ContainerRemove " + testSession + "-router", "PodRemove " + testSession}) || last[2] != "NetworkRemove "+testSession {
-		t.Fatalf("teardown = %v, want pod and router removed, then the network:\n%s", last, strings.Join(calls, "\n"))
+	return false
+}
+
+// checkTeardown asserts that the session removed exactly what it created
+// (the creating calls that did not fail), newest first: the router and the
+// pod (made side by side, so in either order), then the session network.
+func checkTeardown(t *testing.T, calls []string, failed string) {
+	t.Helper()
+	var want, got []string
+	for _, c := range calls {
+		if u, ok := undoOf[c]; ok && c != failed {
+			want = append(want, u)
+		}
+		if isRemoval(c) && !strings.HasPrefix(c, "ContainerStop ") {
+			got = append(got, c)
+		}
+	}
+	slices.Reverse(want)
+	if len(want) == 3 && len(got) == 3 {
+		// The router and the pod came up side by side.
+		want[0], want[1] = min(want[0], want[1]), max(want[0], want[1])
+		got[0], got[1] = min(got[0], got[1]), max(got[0], got[1])
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("teardown removed %q, want %q:\n%s", got, want, strings.Join(calls, "\n"))
 	}
 }
 
@@ -93,7 +162,7 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	eng := newFakeEngine()
 	eng.runCode = 7
 	cfg := testConfig(t)
-	if code := runSession(context.Background(), eng, cfg); code != 7 {
+	if code, _ := runSession(context.Background(), eng, cfg); code != 7 {
 		t.Fatalf("exit code = %d, want the agent's 7", code)
 	}
 	if len(eng.calls) != len(happyCalls)+4 {
@@ -110,7 +179,7 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if eng.calls[n+6] != agentRun {
 		t.Fatalf("call after both helpers = %q, want %q", eng.calls[n+6], agentRun)
 	}
-	checkTeardown(t, eng.calls)
+	checkTeardown(t, eng.calls, "")
 	for _, f := range []string{"dnsmasq.conf", "nginx.conf", "forwards"} {
 		fi, err := os.Stat(filepath.Join(cfg.tmp, f))
 		if err != nil {
@@ -122,34 +191,80 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	}
 }
 
+// TestSessionFailureAtEachStepTearsDown: whichever start step fails, the
+// session removes exactly what the steps before it created, newest first,
+// and nothing else, and exits as podman would.
 func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
 	for _, step := range happyCalls {
 		t.Run(step, func(t *testing.T) {
 			eng := newFakeEngine()
 			eng.failOn = step
-			code := runSession(context.Background(), eng, testConfig(t))
+			code, stderr := runSession(context.Background(), eng, testConfig(t))
 			if code != exitPodman {
-				t.Fatalf("exit code = %d, want %d", code, exitPodman)
+				t.Fatalf("exit code = %d, want %d; stderr: %s", code, exitPodman, stderr())
 			}
-			if !slices.Contains(eng.calls, step) {
-				t.Fatalf("failing step %q never called", step)
+			if !strings.Contains(stderr(), step+": fake podman failure") {
+				t.Errorf("stderr does not say what failed: %q", stderr())
 			}
 			if step != agentRun && slices.Contains(eng.calls, agentRun) {
 				t.Fatalf("agent ran although %q failed", step)
 			}
-			if i := slices.Index(setupCalls, step); i >= 0 && len(eng.calls) != i+1+3 {
-				t.Fatalf("calls went on after %q failed:\n%s", step, strings.Join(eng.calls, "\n"))
+			if i := slices.Index(setupCalls, step); i >= 0 {
+				if after := slices.DeleteFunc(slices.Clone(eng.calls[i+1:]), isRemoval); len(after) > 0 {
+					t.Fatalf("calls went on after %q failed: %q", step, after)
+				}
 			}
-			checkTeardown(t, eng.calls)
+			checkTeardown(t, eng.calls, step)
 		})
 	}
+}
+
+// TestSessionSignalAtEachStep: a signal during any start step, or while
+// the agent runs, ends the session with 130 once what was created is
+// removed; nothing is created once it came.
+func TestSessionSignalAtEachStep(t *testing.T) {
+	for _, step := range happyCalls {
+		t.Run(step, func(t *testing.T) {
+			eng := newFakeEngine()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			eng.cancelOn, eng.cancel = step, cancel
+			code, stderr := runSession(ctx, eng, testConfig(t))
+			if code != exitSignal {
+				t.Fatalf("exit code = %d, want %d; stderr: %s", code, exitSignal, stderr())
+			}
+			if step != agentRun && step != agentCreate && slices.Contains(eng.calls, agentRun) {
+				t.Fatalf("agent ran although the signal came at %q", step)
+			}
+			checkTeardown(t, eng.calls, "")
+		})
+	}
+}
+
+// TestSessionTeardownReportsWhatItCouldNotRemove: a removal that fails is
+// named with the command that finishes the job, the other removals still
+// run, and the agent's exit code stays.
+func TestSessionTeardownReportsWhatItCouldNotRemove(t *testing.T) {
+	eng := newFakeEngine()
+	eng.runCode = 3
+	eng.failOn = "PodRemove " + testSession
+	code, stderr := runSession(context.Background(), eng, testConfig(t))
+	if code != 3 {
+		t.Fatalf("exit code = %d, want the agent's 3", code)
+	}
+	out := stderr()
+	for _, want := range []string{"could not remove pod " + testSession + ": PodRemove " + testSession + ": fake podman failure", "run `agent-sandbox gc`"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, out)
+		}
+	}
+	checkTeardown(t, eng.calls, "")
 }
 
 func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	eng := newFakeEngine()
 	eng.notReady = testSession + "-router"
-	stderr := captureStderr(t)
-	code := runSession(context.Background(), eng, testConfig(t))
+	code, stderr := runSession(context.Background(), eng, testConfig(t))
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -162,7 +277,7 @@ func TestSessionRouterNeverReadyReportsLogs(t *testing.T) {
 	if out := stderr(); !strings.Contains(out, "fake log line") || !strings.Contains(out, "-router exited before it was ready") {
 		t.Fatalf("stderr does not show the router's logs: %q", out)
 	}
-	checkTeardown(t, eng.calls)
+	checkTeardown(t, eng.calls, "")
 }
 
 func TestSessionSignalStopsAgentBeforeRemoval(t *testing.T) {
@@ -172,11 +287,11 @@ func TestSessionSignalStopsAgentBeforeRemoval(t *testing.T) {
 		cancel()
 		return ctx.Err()
 	}
-	if code := runSession(ctx, eng, testConfig(t)); code != exitSignal {
+	if code, _ := runSession(ctx, eng, testConfig(t)); code != exitSignal {
 		t.Fatalf("exit code = %d, want %d", code, exitSignal)
 	}
 	checkInOrder(t, eng.calls, []string{"ContainerRun " + testSession + "-claude", "ContainerStop " + testSession + "-claude", "PodRemove " + testSession})
-	checkTeardown(t, eng.calls)
+	checkTeardown(t, eng.calls, "")
 }
 
 func TestSessionSpecs(t *testing.T) {
@@ -284,49 +399,23 @@ func TestSessionSpecs(t *testing.T) {
 }
 
 func TestImageNamesAndOverrides(t *testing.T) {
-	t.Setenv("AGENT_SANDBOX_IMAGE", "")
-	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "")
-	if img, r := imageNames(); img != "localhost/agent-sandbox:dev" || r != "localhost/agent-sandbox-router:dev" {
+	env := map[string]string{}
+	images := func() (string, string) {
+		set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		return set.image, set.routerImage
+	}
+	if img, r := images(); img != "localhost/agent-sandbox:dev" || r != "localhost/agent-sandbox-router:dev" {
 		t.Errorf("dev images = %s %s", img, r)
 	}
 	version, registry = "1.2.3", "registry.example.com/team"
 	defer func() { version, registry = "dev", "" }()
-	if img, r := imageNames(); img != "registry.example.com/team/agent-sandbox:1.2.3" || r != "registry.example.com/team/agent-sandbox-router:1.2.3" {
+	if img, r := images(); img != "registry.example.com/team/agent-sandbox:1.2.3" || r != "registry.example.com/team/agent-sandbox-router:1.2.3" {
 		t.Errorf("release images = %s %s", img, r)
 	}
-	t.Setenv("AGENT_SANDBOX_IMAGE", "localhost/mine:1")
-	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "localhost/router:1")
-	if img, r := imageNames(); img != "localhost/mine:1" || r != "localhost/router:1" {
+	env["AGENT_SANDBOX_IMAGE"], env["AGENT_SANDBOX_ROUTER_IMAGE"] = "localhost/mine:1", "localhost/router:1"
+	if img, r := images(); img != "localhost/mine:1" || r != "localhost/router:1" {
 		t.Errorf("overridden images = %s %s", img, r)
 	}
-}
-
-// captureStderr redirects os.Stderr until the returned func is called.
-func captureStderr(t *testing.T) func() string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	out := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		out <- string(b)
-	}()
-	done := false
-	restore := func() string {
-		if done {
-			return ""
-		}
-		done = true
-		os.Stderr = old
-		w.Close()
-		return <-out
-	}
-	t.Cleanup(func() { restore() })
-	return restore
 }
 
 // A missing default image is built instead: see images_test.go.
@@ -335,8 +424,8 @@ func TestSessionMissingImageCreatesNothing(t *testing.T) {
 	cfg := testConfig(t)
 	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "localhost/my-router:1")
 	eng.missingImages = map[string]bool{"localhost/my-router:1": true}
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != exitRefused {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	for _, c := range eng.calls {
@@ -360,8 +449,7 @@ func TestSessionEndsWhenAHelperDies(t *testing.T) {
 				<-ctx.Done() // the agent runs until it is stopped
 				return ctx.Err()
 			}
-			stderr := captureStderr(t)
-			code := runSession(context.Background(), eng, testConfig(t))
+			code, stderr := runSession(context.Background(), eng, testConfig(t))
 			if code != exitPodman {
 				t.Fatalf("exit code = %d, want %d", code, exitPodman)
 			}
@@ -370,7 +458,7 @@ func TestSessionEndsWhenAHelperDies(t *testing.T) {
 				t.Fatalf("stderr does not say which helper stopped and why: %q", out)
 			}
 			checkInOrder(t, eng.calls, []string{"ContainerRun " + testSession + "-claude", "ContainerStop " + testSession + "-claude", "PodRemove " + testSession})
-			checkTeardown(t, eng.calls)
+			checkTeardown(t, eng.calls, "")
 		})
 	}
 }
@@ -378,8 +466,7 @@ func TestSessionEndsWhenAHelperDies(t *testing.T) {
 func TestSessionReportsWhatWasBlocked(t *testing.T) {
 	eng := newFakeEngine()
 	eng.logs = map[string]string{testSession + "-router": sampleRouterLog}
-	stderr := captureStderr(t)
-	runSession(context.Background(), eng, testConfig(t))
+	_, stderr := runSession(context.Background(), eng, testConfig(t))
 	out := stderr()
 	if !strings.Contains(out, "the allowlist blocked these hosts") || !strings.Contains(out, "agent-sandbox allow denied.test") {
 		t.Fatalf("no blocked summary on stderr: %q", out)
@@ -388,8 +475,7 @@ func TestSessionReportsWhatWasBlocked(t *testing.T) {
 
 	eng = newFakeEngine()
 	eng.logs = map[string]string{testSession + "-router": "dnsmasq[13]: config allowed.test is 127.0.0.1\n"}
-	stderr = captureStderr(t)
-	runSession(context.Background(), eng, testConfig(t))
+	_, stderr = runSession(context.Background(), eng, testConfig(t))
 	if out := stderr(); strings.Contains(out, "blocked") {
 		t.Fatalf("summary printed although nothing was blocked: %q", out)
 	}
@@ -423,7 +509,7 @@ func TestSessionFollowsAllowlistEdits(t *testing.T) {
 		}
 		return errors.New("the allowlist edit did not reach the router config within a second")
 	}
-	if code := runSession(context.Background(), eng, cfg); code != 0 {
+	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code = %d, want 0", code)
 	}
 }
@@ -431,8 +517,7 @@ func TestSessionFollowsAllowlistEdits(t *testing.T) {
 func TestSessionHomeVolumeNotOursRefusesBeforeCreatingAnything(t *testing.T) {
 	eng := newFakeEngine()
 	eng.foreignVolumes = map[string][]string{"agent-sandbox-home": {"someones-db"}}
-	stderr := captureStderr(t)
-	code := runSession(context.Background(), eng, testConfig(t))
+	code, stderr := runSession(context.Background(), eng, testConfig(t))
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -454,10 +539,10 @@ func TestSessionInsideARunningSessionsDirIsRefusedBeforeCreatingAnything(t *test
 	cfg := testConfig(t)
 	// A live session (this very process stands in for its launcher) whose
 	// launch dir holds this one's.
-	cfg.labelled = []labelledObject{{kind: "network", name: "agent-sandbox-9-9", labels: map[string]string{
+	eng.labelled = []labelledObject{{kind: "network", name: "agent-sandbox-9-9", labels: map[string]string{
 		labelSession: "agent-sandbox-9-9", labelOwner: ownerID(os.Getpid()), labelDir: filepath.Dir(cfg.launchDir)}}}
-	stderr := captureStderr(t)
-	if code := runSession(context.Background(), eng, cfg); code != exitRefused {
+	code, stderr := runSession(context.Background(), eng, cfg)
+	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
 	for _, c := range eng.calls {

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"io"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/specgen"
@@ -15,10 +15,11 @@ import (
 type tracer struct {
 	start time.Time
 	on    bool
+	out   io.Writer
 }
 
-func newTracer() *tracer {
-	return &tracer{start: time.Now(), on: os.Getenv("AGENT_SANDBOX_TRACE") != ""}
+func newTracer(on bool, out io.Writer) *tracer {
+	return &tracer{start: time.Now(), on: on, out: out}
 }
 
 // step returns a func that reports the step's duration when called.
@@ -28,7 +29,7 @@ func (t *tracer) step(name string) func() {
 	}
 	begin := time.Now()
 	return func() {
-		fmt.Fprintf(os.Stderr, "agent-sandbox: trace %6.1fms %6.1fms %s\n",
+		fmt.Fprintf(t.out, "agent-sandbox: trace %6.1fms %6.1fms %s\n",
 			float64(time.Since(t.start).Microseconds())/1000, float64(time.Since(begin).Microseconds())/1000, name)
 	}
 }
@@ -47,6 +48,11 @@ func (e tracedEngine) NetworkCreate(ctx context.Context, n *types.Network, ignor
 func (e tracedEngine) NetworkRemove(ctx context.Context, name string) error {
 	defer e.t.step("network remove " + name)()
 	return e.engine.NetworkRemove(ctx, name)
+}
+
+func (e tracedEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+	defer e.t.step("volume inspect " + name)()
+	return e.engine.VolumeInspect(ctx, name)
 }
 
 func (e tracedEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -67,23 +67,14 @@ func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Tim
 	}
 }
 
-// watch is `agent-sandbox log`: it runs until interrupted.
-func watch(ctx context.Context, out io.Writer) int {
-	dir, err := xdgRuntimeDir()
-	if err != nil {
-		warn("%v", err)
-		return exitRefused
-	}
-	name := fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
-	code := withService(ctx, dir, name, newTracer(), func(opCtx context.Context, eng engine) int {
-		if err := watchDenials(opCtx, eng, out, time.Now(), 500*time.Millisecond); err != nil {
-			return fail(err)
-		}
-		return 0
+// watch is `agent-sandbox log`: it runs until interrupted, which is how
+// one stops following.
+func watch(ctx context.Context, set settings, out, errOut io.Writer) error {
+	err := withCommandService(ctx, set, errOut, func(opCtx context.Context, eng engine, _, _ string) error {
+		return watchDenials(opCtx, eng, out, time.Now(), 500*time.Millisecond)
 	})
-	if code == exitSignal {
-		// Interrupting is how one stops following.
-		return 0
+	if errors.Is(err, errInterrupted) {
+		return nil
 	}
-	return code
+	return err
 }

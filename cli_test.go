@@ -1,0 +1,18 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// runCLI runs `agent-sandbox ARGS...` as main does, with the test's
+// environment and stdin, and returns the exit code, stdout and stderr.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, os.LookupEnv, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}

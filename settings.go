@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+)
+
+// settings is everything agent-sandbox takes from the user's environment,
+// read once by the command line layer (newSettings) and handed down: no
+// code below it reads the environment, so a test states a whole machine in
+// one value.
+type settings struct {
+	// lookup reads a variable the user names on the command line (--env)
+	// or that holds a credential (credentials.go): which ones is only known
+	// later, so the environment itself is kept as a function.
+	lookup func(string) (string, bool)
+
+	home, user string
+	configDir  string // agent-sandbox's dir under XDG_CONFIG_HOME
+	allowlist  string // AGENT_SANDBOX_ALLOWLIST, else configDir/allowed-hosts
+	runtimeDir string // XDG_RUNTIME_DIR; "" when unset
+	tmpDir     string // TMPDIR
+
+	image, routerImage string // what sessions run
+	baseImage          string // what the sandbox image is built from
+	podman             string // the podman binary
+
+	homeVolume    string // AGENT_SANDBOX_HOME_VOLUME: one home shared by name
+	egress        string // the shared egress network
+	upstreamDNS   string // AGENT_SANDBOX_UPSTREAM_DNS, comma-separated
+	upstreamAllow string // AGENT_SANDBOX_UPSTREAM_ALLOW, comma-separated
+	apiHosts      string // AGENT_SANDBOX_API_HOSTS
+	upstreamCA    string // AGENT_SANDBOX_UPSTREAM_CA
+
+	// noStartGC keeps a session from cleaning up dead ones (the leak tests
+	// attribute each leak to the session that made it); trace times steps.
+	noStartGC, trace bool
+}
+
+// newSettings reads the environment through getenv.
+func newSettings(getenv func(string) (string, bool)) settings {
+	get := func(k string) string { v, _ := getenv(k); return v }
+	or := func(k, def string) string {
+		if v := get(k); v != "" {
+			return v
+		}
+		return def
+	}
+	s := settings{lookup: getenv, home: get("HOME"), user: get("USER"),
+		runtimeDir: get("XDG_RUNTIME_DIR"), tmpDir: get("TMPDIR")}
+	s.configDir = filepath.Join(or("XDG_CONFIG_HOME", filepath.Join(s.home, ".config")), "agent-sandbox")
+	s.allowlist = or("AGENT_SANDBOX_ALLOWLIST", filepath.Join(s.configDir, "allowed-hosts"))
+	img, router := defaultImageNames()
+	s.image, s.routerImage = or("AGENT_SANDBOX_IMAGE", img), or("AGENT_SANDBOX_ROUTER_IMAGE", router)
+	s.baseImage = or("AGENT_SANDBOX_BASE_IMAGE", defaultBaseImage)
+	s.podman = or("AGENT_SANDBOX_PODMAN", "podman")
+	s.homeVolume = get("AGENT_SANDBOX_HOME_VOLUME")
+	s.egress = or("AGENT_SANDBOX_EGRESS_NETWORK", egressNet)
+	s.upstreamDNS, s.upstreamAllow = get("AGENT_SANDBOX_UPSTREAM_DNS"), get("AGENT_SANDBOX_UPSTREAM_ALLOW")
+	s.apiHosts, s.upstreamCA = get("AGENT_SANDBOX_API_HOSTS"), get("AGENT_SANDBOX_UPSTREAM_CA")
+	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
+	return s
+}
+
+// secretsDir is where `agent-sandbox secret` keeps credentials.
+func (s settings) secretsDir() string { return filepath.Join(s.configDir, "secrets") }
+
+// requireRuntimeDir is XDG_RUNTIME_DIR, which rootless podman and every
+// session's temp dirs need.
+func (s settings) requireRuntimeDir() (string, error) {
+	if s.runtimeDir == "" {
+		return "", refusal{errors.New("XDG_RUNTIME_DIR is not set: rootless podman needs it (for example: export XDG_RUNTIME_DIR=/run/user/$(id -u))")}
+	}
+	return s.runtimeDir, nil
+}
+
+// upstream checks AGENT_SANDBOX_UPSTREAM_DNS and _ALLOW and returns them
+// normalised, as routerd takes them.
+func (s settings) upstream() (dns, allow string, err error) {
+	dns, err = parseList("AGENT_SANDBOX_UPSTREAM_DNS", s.upstreamDNS, "an IP address", "10.0.0.53,10.0.0.54",
+		func(f string) (string, error) {
+			a, err := netip.ParseAddr(f)
+			return a.String(), err
+		})
+	if err != nil {
+		return "", "", err
+	}
+	allow, err = parseList("AGENT_SANDBOX_UPSTREAM_ALLOW", s.upstreamAllow, "a CIDR", "10.20.0.0/16",
+		func(f string) (string, error) {
+			p, err := netip.ParsePrefix(f)
+			return p.Masked().String(), err
+		})
+	return dns, allow, err
+}
+
+// parseList normalises each item of a comma-separated list with parse and
+// names the variable, the bad item and an example when one does not parse.
+func parseList(name, value, what, example string, parse func(string) (string, error)) (string, error) {
+	var out []string
+	for _, f := range splitList(value) {
+		v, err := parse(f)
+		if err != nil {
+			return "", fmt.Errorf("%s: %q is not %s (use a comma-separated list such as %s)", name, f, what, example)
+		}
+		out = append(out, v)
+	}
+	return strings.Join(out, ","), nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

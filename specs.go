@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+	"go.podman.io/common/libnetwork/types"
+)
+
+// The specs of a session's containers and pod: pure functions of the
+// session's config, so that the unit tests check exactly what podman is
+// asked for.
+
+// sessionMTU is the session network's: every byte the agent sends or
+// receives crosses it twice (pod to router), and on a paravirtualised guest
+// each packet's interrupts and wake-ups cost more than its bytes; with
+// loopback's size instead of 1500 the sandbox's download ran at 0.67 of
+// direct instead of 0.53 (BENCHMARKS.md).
+const sessionMTU = "65520"
+
+func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig) *specgen.SpecGenerator {
+	// No auto-remove: if the router dies, its logs say why. Teardown
+	// removes it.
+	r := newSpec(image, names.router, labels)
+	// routerd is not an init; something must reap dnsmasq's helpers.
+	r.Init = ptr(true)
+	r.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	r.Networks = map[string]types.PerNetworkOptions{
+		names.session: {StaticIPs: []net.IP{routerIP.AsSlice()}},
+		cfg.egress:    {},
+	}
+	// "z", not "Z": the forwarder mounts the same directory.
+	r.Mounts = []spec.Mount{
+		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
+	}
+	if cfg.cred.dir != "" {
+		// The credentials: the router's alone ("Z").
+		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: cfg.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
+	}
+	allow := cfg.upstreamAllow
+	if mutated("private-range-filter") {
+		allow = "0.0.0.0/0"
+	}
+	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
+		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs()}
+	return r
+}
+
+// podSpec: the pod owns the netns, DNS and hosts file; the agent only
+// joins it.
+func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) (*specgen.PodSpecGenerator, error) {
+	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+	if err != nil {
+		return nil, err
+	}
+	p := &specgen.PodSpecGenerator{}
+	p.Name = names.session
+	p.Labels = labels
+	p.Hostname = "agent-sandbox"
+	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
+	p.DNSServer = []net.IP{routerIP.AsSlice()}
+	p.NoManageHosts = true
+	// No IPv6 in the pod: link-local would reach podman's rootless netns.
+	p.Sysctl = map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+	p.Userns = userns
+	return p, nil
+}
+
+// forwarderSpec: loopback forwarders live in their own container, so the
+// agent can neither see, signal nor replace them. They follow the forwards
+// file that the launcher rewrites when the allowlist changes.
+func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string) *specgen.SpecGenerator {
+	f := newSpec(image, names.forwarder, labels)
+	f.Pod = names.session
+	f.User = "0:0"
+	f.ReadOnlyFilesystem = ptr(true)
+	f.ReadWriteTmpfs = ptr(true)
+	f.CapDrop = []string{"all"}
+	f.CapAdd = []string{"NET_BIND_SERVICE"}
+	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
+	f.Mounts = []spec.Mount{
+		{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(configDir), Destination: tlsSocketDir, Options: []string{"ro", "z"}},
+	}
+	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
+	return f
+}
+
+// agentSpec: the agent runs unprivileged; podman's default bounding set
+// stays, minus what could touch the network, so nested containers work.
+func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig) *specgen.SpecGenerator {
+	c := newSpec(image, names.agent, labels)
+	// No auto-remove: under load podman's cleanup removed the exited
+	// container before the launcher's wait, and its exit code was lost.
+	// Teardown removes it with the pod.
+	c.Stdin = ptr(true)
+	c.Terminal = ptr(cfg.tty)
+	c.Init = ptr(true)
+	c.Pod = names.session
+	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
+	if mutated("net-raw") {
+		// podman's default set no longer has NET_RAW: keeping it means
+		// adding it.
+		c.CapDrop = []string{"NET_ADMIN", "SYS_ADMIN"}
+		c.CapAdd = []string{"NET_RAW"}
+	}
+	c.SelinuxOpts = []string{"disable"}
+	c.Annotations = map[string]string{define.InspectAnnotationLabel: "disable"}
+	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
+	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
+	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
+	paths, emptyDirs := protectedPaths(cfg.launchDir, cfg.tree)
+	c.Mounts = append(c.Mounts, protectionMounts(cfg.launchDir, paths, emptyDirs)...)
+	c.WorkDir = cfg.launchDir
+	c.Env = map[string]string{}
+	for k, v := range cfg.env {
+		c.Env[k] = v
+	}
+	c.Env["DISABLE_AUTOUPDATER"] = "1"
+	// No telemetry, error reports or feature flags: hosts that take data
+	// under anyone's credentials.
+	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+	for k, v := range agentCredentialEnv(cfg.cred.creds) {
+		c.Env[k] = v
+	}
+	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
+	c.Command = cfg.cmd
+	return c
+}
+
+// newSpec mirrors the `podman run` defaults that the API leaves to clients.
+func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerator {
+	s := specgen.NewSpecGenerator(image, false)
+	s.RawImageName = image
+	s.Name = name
+	s.Labels = labels
+	// Not the podman service's *_proxy variables: they may carry the
+	// user's proxy credentials, and nothing of the user's environment
+	// reaches a container unless named with --env.
+	s.HTTPProxy = ptr(false)
+	s.SdNotifyMode = define.SdNotifyModeContainer
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// routerAddress is .2 of the session network's /24: .1 is the gateway.
+func routerAddress(n types.Network) (netip.Addr, error) {
+	if len(n.Subnets) != 1 {
+		return netip.Addr{}, fmt.Errorf("session network %s has %d subnets, want one /24", n.Name, len(n.Subnets))
+	}
+	pfx, err := netip.ParsePrefix(n.Subnets[0].Subnet.String())
+	if err != nil || !pfx.Addr().Is4() || pfx.Bits() != 24 {
+		return netip.Addr{}, fmt.Errorf("session network %s has subnet %s, want an IPv4 /24 (check default_subnet_pools in containers.conf)", n.Name, n.Subnets[0].Subnet.String())
+	}
+	return pfx.Masked().Addr().Next().Next(), nil
+}
+
+// hostAddrs lists this machine's addresses for routerd to refuse: slirp4netns
+// and pasta carry a connection to any of them to the host itself.
+func hostAddrs() string {
+	addrs, _ := net.InterfaceAddrs()
+	var out []string
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			out = append(out, ipn.IP.String())
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
+func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
+
+// makeTLSDir makes tlsDirOf(tmp), open to the forwarder, which connects
+// as another uid of the user namespace.
+func makeTLSDir(tmp string) error {
+	dir := tlsDirOf(tmp)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cannot make the router's socket dir: %w", err)
+	}
+	return os.Chmod(dir, 0o755)
+}
