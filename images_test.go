@@ -488,7 +488,7 @@ func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
 // runBuildCommand runs `agent-sandbox build --only only` with the settings
 // of the test's environment, and returns its exit code and its stderr.
 func runBuildCommand(only string) (int, func() string) {
-	out := &syncBuffer{}
+	out := &lockedBuffer{}
 	err := buildCommand(context.Background(), newSettings(os.LookupEnv), out, only, false)
 	report(out, err)
 	return exitCode(err), out.String

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -38,30 +36,11 @@ func testConfig(t *testing.T) sessionConfig {
 	}
 }
 
-// syncBuffer is a session's stderr: the allowlist watcher writes from a
-// goroutine of its own.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // runSession runs a session with cfg against eng as launch does once the
 // API service runs, with the settings of the test's environment, and
 // returns the exit code and what the session said on stderr.
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (int, func() string) {
-	out := &syncBuffer{}
+	out := &lockedBuffer{}
 	s := newSession(newSettings(os.LookupEnv), cfg, out)
 	err := s.runOn(ctx, eng, "")
 	s.teardown(ctx)
