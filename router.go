@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -47,32 +48,101 @@ type routerPlan struct {
 	trustedCA  string
 }
 
-func planRouter(entries []entry) (routerPlan, error) {
+// planCursor is where the next new host's loopback address (as an index:
+// 127.0.i>>8.i&255) and the next new entry's router port are taken from.
+// It only moves forward, so that within a session an address or port is
+// not handed to a second host while the space lasts: a program that
+// resolved a removed host earlier must not reach another one through it.
+type planCursor struct{ addr, port int }
+
+// firstCursor starts a session: 127.0.0.1 is every other name's address.
+var firstCursor = planCursor{addr: 2, port: firstPortEntryPort}
+
+const (
+	lastAddrIndex = 0xffff // 127.0.255.255
+	lastPort      = 65535
+)
+
+func loopbackAt(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i)})
+}
+
+// replan plans entries after prev: every host that keeps a port entry
+// keeps its loopback address and every entry that stays keeps its router
+// port, so that a reload moves nothing that open connections or cached
+// answers use. New ones are given in sorted order from cursor. A session
+// starts from the empty plan and firstCursor.
+func replan(prev routerPlan, cursor planCursor, entries []entry) (routerPlan, planCursor, error) {
 	p := routerPlan{entries: entries, loopback: map[string]netip.Addr{}, routerPort: map[entry]int{}}
-	var portEntries []entry
+	portEntries := portEntriesOf(entries)
+	if len(portEntries) > maxPortEntries {
+		return p, cursor, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
+	}
+	usedAddr, usedPort := map[netip.Addr]bool{}, map[int]bool{}
+	for _, e := range portEntries {
+		if a, ok := prev.loopback[e.Host]; ok {
+			p.loopback[e.Host] = a
+			usedAddr[a] = true
+		}
+		if port, ok := prev.routerPort[e]; ok {
+			p.routerPort[e] = port
+			usedPort[port] = true
+		}
+	}
+	for _, e := range portEntries {
+		if _, ok := p.loopback[e.Host]; !ok {
+			a, err := nextFree(&cursor.addr, lastAddrIndex, 2, func(i int) bool { return usedAddr[loopbackAt(i)] })
+			if err != nil {
+				return p, cursor, errors.New("no loopback address is left for a new host:port entry; restart the session")
+			}
+			p.loopback[e.Host] = loopbackAt(a)
+			usedAddr[loopbackAt(a)] = true
+		}
+		if _, ok := p.routerPort[e]; !ok {
+			port, err := nextFree(&cursor.port, lastPort, firstPortEntryPort, func(i int) bool { return usedPort[i] })
+			if err != nil {
+				return p, cursor, errors.New("no router port is left for a new host:port entry; restart the session")
+			}
+			p.routerPort[e] = port
+			usedPort[port] = true
+		}
+	}
+	return p, cursor, nil
+}
+
+// portEntriesOf is the entries that are not SNI-checked, by host and port:
+// the order new ones are given addresses and router ports in.
+func portEntriesOf(entries []entry) []entry {
+	var out []entry
 	for _, e := range entries {
 		if e.Port != tlsPort {
-			portEntries = append(portEntries, e)
+			out = append(out, e)
 		}
 	}
-	if len(portEntries) > maxPortEntries {
-		return p, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
-	}
-	sort.Slice(portEntries, func(i, j int) bool {
-		if portEntries[i].Host != portEntries[j].Host {
-			return portEntries[i].Host < portEntries[j].Host
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Host != out[j].Host {
+			return out[i].Host < out[j].Host
 		}
-		return portEntries[i].Port < portEntries[j].Port
+		return out[i].Port < out[j].Port
 	})
-	next := 2 // 127.0.0.1 is every other name's address
-	for i, e := range portEntries {
-		if _, ok := p.loopback[e.Host]; !ok {
-			p.loopback[e.Host] = netip.AddrFrom4([4]byte{127, 0, byte(next >> 8), byte(next)})
-			next++
-		}
-		p.routerPort[e] = firstPortEntryPort + i
+	return out
+}
+
+// nextFree takes *next if it is within last, else the lowest index from
+// first that used does not claim: only a session that went through the
+// whole space reuses what an earlier list had.
+func nextFree(next *int, last, first int, used func(int) bool) (int, error) {
+	if *next <= last {
+		i := *next
+		*next++
+		return i, nil
 	}
-	return p, nil
+	for i := first; i <= last; i++ {
+		if !used(i) {
+			return i, nil
+		}
+	}
+	return 0, errors.New("exhausted")
 }
 
 func (p routerPlan) addressOf(host string) netip.Addr {
@@ -82,14 +152,18 @@ func (p routerPlan) addressOf(host string) netip.Addr {
 	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 }
 
-// routerConfig renders the router's dnsmasq.conf and nginx.conf and the
-// forwarder's FORWARDS for a router at routerIP.
-func routerConfig(entries []entry, routerIP string) (dnsmasq, nginx, forwards string, err error) {
-	p, err := planRouter(entries)
-	if err != nil {
-		return "", "", "", err
+// routerFile is one file of the router's config, named as in /etc/router.
+type routerFile struct{ name, body string }
+
+// render is the session's config files for p and a router at routerIP,
+// in the order they are to be replaced: nginx.conf first and dnsmasq.conf
+// last, since a new name should resolve only once its ports are served.
+func (p routerPlan) render(routerIP string) []routerFile {
+	return []routerFile{
+		{"nginx.conf", p.nginxConf(routerIP)},
+		{"forwards", p.forwards(routerIP) + "\n"},
+		{"dnsmasq.conf", p.dnsmasqConf(routerIP)},
 	}
-	return p.dnsmasqConf(routerIP), p.nginxConf(routerIP), p.forwards(routerIP), nil
 }
 
 func (p routerPlan) dnsmasqConf(routerIP string) string {

@@ -495,13 +495,11 @@ func runSession(ctx context.Context, eng engine, cfg sessionConfig) (code int) {
 		warn("%v", err)
 		return exitRefused
 	}
-	files = newRouterFiles(cfg.tmp, routerIP.String())
-	files.creds = cfg.cred.plan()
-	if err := files.apply(cfg.entries); err != nil {
+	if files, err = newRouterFiles(cfg.tmp, routerIP.String(), cfg.cred.plan()); err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
-	if err := makeTLSDir(cfg.tmp); err != nil {
+	if err := files.apply(cfg.entries); err != nil {
 		warn("%v", err)
 		return exitRefused
 	}
@@ -747,19 +745,6 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
 	c.Command = cfg.cmd
 	return c
-}
-
-// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
-func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
-
-// makeTLSDir makes tlsDirOf(tmp), open to the forwarder, which connects
-// as another uid of the user namespace.
-func makeTLSDir(tmp string) error {
-	dir := tlsDirOf(tmp)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("cannot make the router's socket dir: %w", err)
-	}
-	return os.Chmod(dir, 0o755)
 }
 
 // routerAddress is .2 of the session network's /24: .1 is the gateway.
