@@ -128,12 +128,9 @@ func parseForward(pair string) (forward, error) {
 	}
 	target, tls := strings.CutSuffix(target, tlsOption)
 	if path, ok := strings.CutPrefix(target, "unix:"); ok {
-		l, err := parseAddrPort("listen", listen)
+		l, err := parseListen(listen)
 		if err != nil {
 			return forward{}, err
-		}
-		if !l.Addr().IsLoopback() {
-			return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
 		}
 		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 			return forward{}, fmt.Errorf("bad target socket %q: want unix:/ABSOLUTE/PATH", path)
@@ -143,18 +140,28 @@ func parseForward(pair string) (forward, error) {
 	if i := strings.LastIndexByte(target, '/'); i >= 0 {
 		return forward{}, fmt.Errorf("unknown option %q after the target (the only one is %s)", target[i:], tlsOption)
 	}
-	l, err := parseAddrPort("listen", listen)
+	l, err := parseListen(listen)
 	if err != nil {
 		return forward{}, err
-	}
-	if !l.Addr().IsLoopback() {
-		return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
 	}
 	t, err := parseAddrPort("target", target)
 	if err != nil {
 		return forward{}, err
 	}
 	return forward{listen: l, target: t, tls: tls}, nil
+}
+
+// parseListen reads a pair's listen address, which must be in the pod's
+// loopback: the agent's connections reach the forwarder there alone.
+func parseListen(s string) (netip.AddrPort, error) {
+	l, err := parseAddrPort("listen", s)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if !l.Addr().IsLoopback() {
+		return netip.AddrPort{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
+	}
+	return l, nil
 }
 
 // parseAddrPort is stricter than netip.ParseAddrPort so that the error says
