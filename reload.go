@@ -216,7 +216,8 @@ func (r *routerFiles) entries() []entry {
 	return r.applied
 }
 
-// replace writes f into the session's dir.
+// replace writes f into the session's dir; its errors name the file and
+// the dir, for a full disk.
 func (r *routerFiles) replace(f routerFile) error {
 	made, err := replaceFile(filepath.Join(r.dir, f.name), []byte(f.body), 0o644, false)
 	switch {
