@@ -176,7 +176,7 @@ func editAllowlist(path string, errOut io.Writer, args []string, edit editFunc) 
 	}
 	out, msgs := edit(content, entries)
 	if !bytes.Equal(out, content) {
-		if err := writeFileAtomic(real, out); err != nil {
+		if err := writeAllowlist(real, out); err != nil {
 			return nil, err
 		}
 	}
@@ -197,46 +197,22 @@ func lockAllowlistDir(dir string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// writeFileAtomic replaces path with data so that a crash leaves either the
-// old file or the new one, never a partial one, and keeps its mode.
-func writeFileAtomic(path string, data []byte) (err error) {
+// writeAllowlist replaces the allowlist at path with data, durably, and
+// keeps its mode.
+func writeAllowlist(path string, data []byte) error {
 	mode := os.FileMode(0o644)
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
+	made, err := replaceFile(path, data, mode, true)
+	switch {
+	case err == nil:
+		return nil
+	case !made:
 		return fmt.Errorf("cannot write the allowlist %s (it is unchanged): %w; check that you may write to %s", path, err, dir)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("cannot write the allowlist %s (it is unchanged): %w; check the space and permissions of %s", path, err, dir)
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// The rename itself is durable only once the directory is synced.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return fmt.Errorf("cannot write the allowlist %s (it is unchanged): %w; check the space and permissions of %s", path, err, dir)
 }
 
 // rawLine is one line of the file with its terminator ("\n", "\r\n" or,
@@ -267,15 +243,8 @@ func splitRawLines(content []byte) []rawLine {
 // lineEntry is the entry on a line, read the way parseAllowlistFrom reads
 // it; ok is false for blank, comment-only and bad lines.
 func lineEntry(text []byte) (entry, bool) {
-	s := string(text)
-	if i := strings.IndexByte(s, '#'); i >= 0 {
-		s = s[:i]
-	}
-	if s = strings.TrimSpace(s); s == "" {
-		return entry{}, false
-	}
-	e, err := parseEntry(s)
-	return e, err == nil
+	e, s, err := parseLine(string(text))
+	return e, s != "" && err == nil
 }
 
 // fileNewline is the file's own line ending, so that a CRLF file stays CRLF.
@@ -378,7 +347,7 @@ func coveringWildcard(e entry, list []entry) (entry, bool) {
 		return entry{}, false
 	}
 	for _, w := range list {
-		if w.Wildcard && w != e && strings.HasSuffix(e.Host, "."+w.Host) {
+		if w.Wildcard && w != e && w.admits(e.Host) {
 			return w, true
 		}
 	}

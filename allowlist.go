@@ -63,15 +63,10 @@ func parseAllowlistFrom(r io.Reader, name string) ([]entry, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.TrimSpace(line)
+		e, line, err := parseLine(sc.Text())
 		if line == "" {
 			continue
 		}
-		e, err := parseEntry(line)
 		if err != nil {
 			if len(errs) < maxReportedErrors {
 				errs = append(errs, fmt.Sprintf("%s: line %d: %q: %v", name, n, line, err))
@@ -92,6 +87,20 @@ func parseAllowlistFrom(r io.Reader, name string) ([]entry, error) {
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].String() < entries[j].String() })
 	return entries, nil
+}
+
+// parseLine reads one line of the allowlist: a '#' starts a comment, and
+// the space around the entry is dropped. text is what is left of the line;
+// a line with no text has no entry and no error.
+func parseLine(line string) (e entry, text string, err error) {
+	if i := strings.IndexByte(line, '#'); i >= 0 {
+		line = line[:i]
+	}
+	if text = strings.TrimSpace(line); text == "" {
+		return entry{}, "", nil
+	}
+	e, err = parseEntry(text)
+	return e, text, err
 }
 
 // parseEntry turns one non-empty, comment-free line into an entry.
@@ -340,4 +349,27 @@ func sharedSuffix(host string) string {
 // under reports whether name is domain or a name below it.
 func under(name, domain string) bool {
 	return name == domain || strings.HasSuffix(name, "."+domain)
+}
+
+// admits reports whether the router lets TLS to host through e: a plain
+// entry by its exact name, *.domain for any name below domain, not domain
+// itself.
+func (e entry) admits(host string) bool {
+	switch {
+	case e.Port != tlsPort:
+		return false
+	case e.Wildcard:
+		return host != e.Host && under(host, e.Host)
+	}
+	return host == e.Host
+}
+
+// allowlisted reports whether TLS to name is allowed by entries.
+func allowlisted(name string, entries []entry) bool {
+	for _, e := range entries {
+		if e.admits(name) {
+			return true
+		}
+	}
+	return false
 }

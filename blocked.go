@@ -83,19 +83,6 @@ func parseDenial(line string) (denial, bool) {
 	return denial{}, false
 }
 
-// allowlisted reports whether TLS to name is allowed by entries.
-func allowlisted(name string, entries []entry) bool {
-	for _, e := range entries {
-		if e.Port != tlsPort {
-			continue
-		}
-		if e.Wildcard && strings.HasSuffix(name, "."+e.Host) || !e.Wildcard && name == e.Host {
-			return true
-		}
-	}
-	return false
-}
-
 // blockedSummary is what the user sees on stderr when a session ends;
 // empty when nothing was blocked.
 func blockedSummary(hosts []blockedHost, unprintable int) string {

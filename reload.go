@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -153,9 +151,10 @@ func (w *allowlistWatcher) refuse(msg string) {
 	w.warn("%s", msg)
 }
 
-// routerFiles writes one session's router and forwarder config into its
-// temp dir, which the router and the forwarder mount read-only at
-// /etc/router and poll: dnsmasq.conf, nginx.conf and forwards.
+// routerFiles makes every file and directory the router and the forwarder
+// mount from one session's temp dir. The config (dnsmasq.conf, nginx.conf
+// and forwards) they mount read-only at /etc/router and poll; the TLS
+// socket dir (tlsDirOf) they share at tlsSocketDir.
 type routerFiles struct {
 	dir, routerIP string
 
@@ -169,14 +168,26 @@ type routerFiles struct {
 	applied []entry
 }
 
-func newRouterFiles(dir, routerIP string) *routerFiles {
-	return &routerFiles{dir: dir, routerIP: routerIP, cursor: firstCursor}
+// newRouterFiles makes the TLS socket dir in dir; apply writes the config.
+func newRouterFiles(dir, routerIP string, creds credPlan) (*routerFiles, error) {
+	tls := tlsDirOf(dir)
+	if err := os.Mkdir(tls, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("cannot make the router's socket dir: %w", err)
+	}
+	// Open to the forwarder, which connects as another uid of the user
+	// namespace.
+	if err := os.Chmod(tls, 0o755); err != nil {
+		return nil, err
+	}
+	return &routerFiles{dir: dir, routerIP: routerIP, creds: creds, cursor: firstCursor}, nil
 }
 
-// apply renders entries and replaces the three files. Each file is
-// replaced by rename, so a reader sees the old one or the new one, never
-// a partial one. nginx.conf goes first and dnsmasq.conf last: a new name
-// should resolve only once its ports are served.
+// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
+func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
+
+// apply plans entries after the running plan and replaces the config
+// files, each by rename, so that a reader sees the old one or the new
+// one, never a partial one.
 func (r *routerFiles) apply(entries []entry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -185,12 +196,8 @@ func (r *routerFiles) apply(entries []entry) error {
 		return err
 	}
 	p.injections, p.trustedCA = r.creds.active(entries), r.creds.trustedCA()
-	for _, f := range []struct{ name, body string }{
-		{"nginx.conf", p.nginxConf(r.routerIP)},
-		{"forwards", p.forwards(r.routerIP) + "\n"},
-		{"dnsmasq.conf", p.dnsmasqConf(r.routerIP)},
-	} {
-		if err := replaceFile(r.dir, f.name, f.body); err != nil {
+	for _, f := range p.render(r.routerIP) {
+		if err := r.replace(f); err != nil {
 			return err
 		}
 	}
@@ -210,117 +217,59 @@ func (r *routerFiles) entries() []entry {
 	return r.applied
 }
 
-// replaceFile writes dir/name through a temp file in the same directory
-// and a rename.
-func replaceFile(dir, name, body string) (err error) {
-	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
+// replace writes f into the session's dir; its errors name the file and
+// the dir, for a full disk.
+func (r *routerFiles) replace(f routerFile) error {
+	made, err := replaceFile(filepath.Join(r.dir, f.name), []byte(f.body), 0o644, false)
+	switch {
+	case err == nil:
+		return nil
+	case !made:
 		return fmt.Errorf("cannot write the router config: %w", err)
+	}
+	return fmt.Errorf("cannot write the router config %s: %w; check the space left in %s", f.name, err, r.dir)
+}
+
+// replaceFile replaces path with data, given mode, through a temp file in
+// the same directory and a rename, so that a reader sees the old file or
+// the new one, never a partial one. durable also syncs the data and the
+// rename to disk, so that a crash leaves one of them too. made says
+// whether the temp file was made: if not, the directory refused it.
+func replaceFile(path string, data []byte, mode os.FileMode, durable bool) (made bool, err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return false, err
 	}
 	defer func() {
 		if err != nil {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
-			err = fmt.Errorf("cannot write the router config %s: %w; check the space left in %s", name, err, dir)
 		}
 	}()
-	if _, err = tmp.WriteString(body); err != nil {
-		return err
+	if _, err = tmp.Write(data); err != nil {
+		return true, err
 	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
+	if err = tmp.Chmod(mode); err != nil {
+		return true, err
+	}
+	if durable {
+		if err = tmp.Sync(); err != nil {
+			return true, err
+		}
 	}
 	if err = tmp.Close(); err != nil {
-		return err
+		return true, err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, name))
-}
-
-// planCursor is where the next new host's loopback address (as an index:
-// 127.0.i>>8.i&255) and the next new entry's router port are taken from.
-// It only moves forward, so that within a session an address or port is
-// not handed to a second host while the space lasts: a program that
-// resolved a removed host earlier must not reach another one through it.
-type planCursor struct{ addr, port int }
-
-var firstCursor = planCursor{addr: 2, port: firstPortEntryPort}
-
-const (
-	lastAddrIndex = 0xffff // 127.0.255.255
-	lastPort      = 65535
-)
-
-func loopbackAt(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i)})
-}
-
-// replan plans entries after prev: every host that keeps a port entry
-// keeps its loopback address and every entry that stays keeps its router
-// port, so that a reload moves nothing that open connections or cached
-// answers use. New ones are given in sorted order from cursor; from an
-// empty prev that is exactly planRouter's plan.
-func replan(prev routerPlan, cursor planCursor, entries []entry) (routerPlan, planCursor, error) {
-	p := routerPlan{entries: entries, loopback: map[string]netip.Addr{}, routerPort: map[entry]int{}}
-	var portEntries []entry
-	for _, e := range entries {
-		if e.Port != tlsPort {
-			portEntries = append(portEntries, e)
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return true, err
+	}
+	if durable {
+		// The rename itself is durable only once the directory is synced.
+		if d, derr := os.Open(dir); derr == nil {
+			_ = d.Sync()
+			_ = d.Close()
 		}
 	}
-	if len(portEntries) > maxPortEntries {
-		return p, cursor, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
-	}
-	sort.Slice(portEntries, func(i, j int) bool {
-		if portEntries[i].Host != portEntries[j].Host {
-			return portEntries[i].Host < portEntries[j].Host
-		}
-		return portEntries[i].Port < portEntries[j].Port
-	})
-	usedAddr, usedPort := map[netip.Addr]bool{}, map[int]bool{}
-	for _, e := range portEntries {
-		if a, ok := prev.loopback[e.Host]; ok {
-			p.loopback[e.Host] = a
-			usedAddr[a] = true
-		}
-		if port, ok := prev.routerPort[e]; ok {
-			p.routerPort[e] = port
-			usedPort[port] = true
-		}
-	}
-	for _, e := range portEntries {
-		if _, ok := p.loopback[e.Host]; !ok {
-			a, err := nextFree(&cursor.addr, lastAddrIndex, 2, func(i int) bool { return usedAddr[loopbackAt(i)] })
-			if err != nil {
-				return p, cursor, errors.New("no loopback address is left for a new host:port entry; restart the session")
-			}
-			p.loopback[e.Host] = loopbackAt(a)
-			usedAddr[loopbackAt(a)] = true
-		}
-		if _, ok := p.routerPort[e]; !ok {
-			port, err := nextFree(&cursor.port, lastPort, firstPortEntryPort, func(i int) bool { return usedPort[i] })
-			if err != nil {
-				return p, cursor, errors.New("no router port is left for a new host:port entry; restart the session")
-			}
-			p.routerPort[e] = port
-			usedPort[port] = true
-		}
-	}
-	return p, cursor, nil
-}
-
-// nextFree takes *next if it is within last, else the lowest index from
-// first that used does not claim: only a session that went through the
-// whole space reuses what an earlier list had.
-func nextFree(next *int, last, first int, used func(int) bool) (int, error) {
-	if *next <= last {
-		i := *next
-		*next++
-		return i, nil
-	}
-	for i := first; i <= last; i++ {
-		if !used(i) {
-			return i, nil
-		}
-	}
-	return 0, errors.New("exhausted")
+	return true, nil
 }

@@ -316,108 +316,27 @@ func TestWatchStopsWithContext(t *testing.T) {
 	}
 }
 
-func TestReplanFromNothingIsPlanRouter(t *testing.T) {
-	for _, list := range []string{"", "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\n"} {
-		entries := mustParse(t, list)
-		want, err := planRouter(entries)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := replan(routerPlan{}, firstCursor, entries)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("replan from nothing = %+v, want planRouter's %+v", got, want)
-		}
-	}
-}
-
-func TestReplanKeepsAddressesAndPorts(t *testing.T) {
-	p1, c1, err := replan(routerPlan{}, firstCursor, mustParse(t, "m.test:22\nm.test:2222\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// a.test sorts first: from scratch it would take m.test's address.
-	p2, c2, err := replan(p1, c1, mustParse(t, "a.test:22\nm.test:22\nm.test:2222\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, host := range []string{"m.test", "z.test"} {
-		if p2.loopback[host] != p1.loopback[host] {
-			t.Errorf("%s moved from %s to %s", host, p1.loopback[host], p2.loopback[host])
-		}
-	}
-	for e, port := range p1.routerPort {
-		if p2.routerPort[e] != port {
-			t.Errorf("%v moved from router port %d to %d", e, port, p2.routerPort[e])
-		}
-	}
-	if a := p2.loopback["a.test"]; a.String() != "127.0.0.4" {
-		t.Errorf("a.test got %s, want the next unused address 127.0.0.4", a)
-	}
-	if port := p2.routerPort[entry{Host: "a.test", Port: 22}]; port != firstPortEntryPort+3 {
-		t.Errorf("a.test:22 got router port %d, want %d", port, firstPortEntryPort+3)
-	}
-
-	// A removed host's address and ports are not handed to the next one.
-	p3, c3, err := replan(p2, c2, mustParse(t, "a.test:22\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p4, _, err := replan(p3, c3, mustParse(t, "a.test:22\nb.test:22\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := p4.loopback["b.test"]; a == p1.loopback["m.test"] || a.String() != "127.0.0.5" {
-		t.Errorf("b.test got %s; want 127.0.0.5, not m.test's old %s", a, p1.loopback["m.test"])
-	}
-	if port := p4.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+4 {
-		t.Errorf("b.test:22 got router port %d, want %d", port, firstPortEntryPort+4)
-	}
-
-	// The rendered forwards keep the pairs of hosts that stay.
-	before, after := p1.forwards("10.89.3.2"), p4.forwards("10.89.3.2")
-	for _, pair := range strings.Fields(before) {
-		if strings.HasPrefix(pair, p1.loopback["z.test"].String()+":") && !strings.Contains(after, pair) {
-			t.Errorf("z.test's pair %s is gone from %q", pair, after)
-		}
-	}
-}
-
-func TestReplanReusesOnlyWhenExhausted(t *testing.T) {
-	p1, _, err := replan(routerPlan{}, firstCursor, mustParse(t, "a.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A cursor at the end of both spaces: only free slots are left.
-	p2, _, err := replan(p1, planCursor{addr: lastAddrIndex + 1, port: lastPort + 1}, mustParse(t, "a.test:22\nb.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := p2.loopback["b.test"]; a.String() != "127.0.0.3" {
-		t.Errorf("b.test got %s, want the lowest free 127.0.0.3", a)
-	}
-	if port := p2.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+1 {
-		t.Errorf("b.test:22 got %d, want the lowest free %d", port, firstPortEntryPort+1)
-	}
-}
-
 func TestRouterFilesApply(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rf := newRouterFiles(dir, "10.89.3.2")
+	rf, err := newRouterFiles(dir, "10.89.3.2", credPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	entries := mustParse(t, "api.example.com\nssh.example.org:22\n")
 	if err := rf.apply(entries); err != nil {
 		t.Fatal(err)
 	}
-	dnsmasq, nginx, forwards, err := routerConfig(entries, "10.89.3.2")
+	plan, _, err := replan(routerPlan{}, firstCursor, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"dnsmasq.conf": dnsmasq, "nginx.conf": nginx, "forwards": forwards + "\n"}
+	want := map[string]string{}
+	for _, f := range plan.render("10.89.3.2") {
+		want[f.name] = f.body
+	}
 	inodes := map[string]uint64{}
 	for name, body := range want {
 		fi, err := os.Stat(filepath.Join(dir, name))
@@ -429,7 +348,7 @@ func TestRouterFilesApply(t *testing.T) {
 		}
 		inodes[name] = filestamp.Of(fi).Ino
 		if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != body {
-			t.Errorf("%s at start differs from routerConfig's:\n%s", name, got)
+			t.Errorf("%s at start differs from the plan's:\n%s", name, got)
 		}
 	}
 	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o755 {
@@ -466,19 +385,29 @@ func TestRouterFilesApply(t *testing.T) {
 		}
 	}
 	all, _ := os.ReadDir(dir)
-	if len(all) != 3 {
-		var names []string
-		for _, e := range all {
-			names = append(names, e.Name())
-		}
-		t.Errorf("dir holds %v, want only the three files", names)
+	var names []string
+	for _, e := range all {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"dnsmasq.conf", "forwards", "nginx.conf", "tls"}) {
+		t.Errorf("dir holds %v, want only the three files and the TLS socket dir", names)
+	}
+	if fi, err := os.Stat(tlsDirOf(dir)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the TLS socket dir: %v %v, want a dir of mode 0755 (the forwarder is another uid)", fi, err)
 	}
 }
 
 func TestRouterFilesApplyFailureKeepsThePlan(t *testing.T) {
-	rf := newRouterFiles(filepath.Join(t.TempDir(), "missing"), "10.89.3.2")
+	dir := t.TempDir()
+	rf, err := newRouterFiles(dir, "10.89.3.2", credPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := rf.apply(mustParse(t, "a.test:22\n")); err == nil || !strings.Contains(err.Error(), "cannot write the router config") {
-		t.Fatalf("apply into a missing dir: %v", err)
+		t.Fatalf("apply into a removed dir: %v", err)
 	}
 	if rf.entries() != nil || rf.cursor != firstCursor {
 		t.Errorf("a failed apply changed the state: %v %v", rf.entries(), rf.cursor)
@@ -490,64 +419,5 @@ func TestWarnMidSessionPrefixesEveryLine(t *testing.T) {
 	midSessionWarner(&out)("first %s\nsecond", "line")
 	if want := "agent-sandbox: first line\nagent-sandbox: second\n"; out.String() != want {
 		t.Errorf("got %q, want %q", out.String(), want)
-	}
-}
-
-// nginxLines is the set of nginx.conf's lines as routerd compares them.
-func nginxLines(conf string) map[string]bool {
-	m := map[string]bool{}
-	for _, l := range strings.Split(conf, "\n") {
-		m[strings.TrimSpace(l)] = true
-	}
-	return m
-}
-
-// routerd ends nginx's old workers, and every connection they hold, when a
-// new nginx.conf drops a line of the running one (router-image/routerd,
-// dropsLine): an edit that only adds hosts must only add lines, or every
-// addition would cut the agent's open connections.
-func TestNginxConfOnlyGainsLinesWhenHostsAreAdded(t *testing.T) {
-	steps := []string{
-		"",
-		"api.example.com\n",
-		"api.example.com\n*.cdn.example.com\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\nssh.example.org:2222\ndb.example.org:5432\n",
-	}
-	var p routerPlan
-	cursor := firstCursor
-	prev := p.nginxConf("10.89.3.2")
-	for _, list := range steps {
-		next, c, err := replan(p, cursor, mustParse(t, list))
-		if err != nil {
-			t.Fatal(err)
-		}
-		conf := next.nginxConf("10.89.3.2")
-		have := nginxLines(conf)
-		for l := range nginxLines(prev) {
-			if !have[l] {
-				t.Errorf("adding hosts to get\n%s\ndropped the line %q of nginx.conf", list, l)
-			}
-		}
-		p, cursor, prev = next, c, conf
-	}
-
-	// Removing any one entry drops a line, so that its connections end.
-	full := mustParse(t, steps[len(steps)-1])
-	for i := range full {
-		rest := append(slices.Clone(full[:i]), full[i+1:]...)
-		next, _, err := replan(p, cursor, rest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		have := nginxLines(next.nginxConf("10.89.3.2"))
-		dropped := false
-		for l := range nginxLines(prev) {
-			dropped = dropped || !have[l]
-		}
-		if !dropped {
-			t.Errorf("removing %v keeps every line of nginx.conf", full[i])
-		}
 	}
 }

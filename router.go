@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -47,49 +48,122 @@ type routerPlan struct {
 	trustedCA  string
 }
 
-func planRouter(entries []entry) (routerPlan, error) {
+// planCursor is where the next new host's loopback address (as an index:
+// 127.0.i>>8.i&255) and the next new entry's router port are taken from.
+// It only moves forward, so that within a session an address or port is
+// not handed to a second host while the space lasts: a program that
+// resolved a removed host earlier must not reach another one through it.
+type planCursor struct{ addr, port int }
+
+// firstCursor starts a session: 127.0.0.1 is every other name's address.
+var firstCursor = planCursor{addr: 2, port: firstPortEntryPort}
+
+const (
+	lastAddrIndex = 0xffff // 127.0.255.255
+	lastPort      = 65535
+)
+
+func loopbackAt(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i)})
+}
+
+// replan plans entries after prev: every host that keeps a port entry
+// keeps its loopback address and every entry that stays keeps its router
+// port, so that a reload moves nothing that open connections or cached
+// answers use. New ones are given in sorted order from cursor. A session
+// starts from the empty plan and firstCursor.
+func replan(prev routerPlan, cursor planCursor, entries []entry) (routerPlan, planCursor, error) {
 	p := routerPlan{entries: entries, loopback: map[string]netip.Addr{}, routerPort: map[entry]int{}}
-	var portEntries []entry
+	portEntries := portEntriesOf(entries)
+	if len(portEntries) > maxPortEntries {
+		return p, cursor, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
+	}
+	usedAddr, usedPort := map[netip.Addr]bool{}, map[int]bool{}
+	for _, e := range portEntries {
+		if a, ok := prev.loopback[e.Host]; ok {
+			p.loopback[e.Host] = a
+			usedAddr[a] = true
+		}
+		if port, ok := prev.routerPort[e]; ok {
+			p.routerPort[e] = port
+			usedPort[port] = true
+		}
+	}
+	for _, e := range portEntries {
+		if _, ok := p.loopback[e.Host]; !ok {
+			a, err := nextFree(&cursor.addr, lastAddrIndex, firstCursor.addr, func(i int) bool { return usedAddr[loopbackAt(i)] })
+			if err != nil {
+				return p, cursor, errors.New("no loopback address is left for a new host:port entry; restart the session")
+			}
+			p.loopback[e.Host] = loopbackAt(a)
+			usedAddr[loopbackAt(a)] = true
+		}
+		if _, ok := p.routerPort[e]; !ok {
+			port, err := nextFree(&cursor.port, lastPort, firstCursor.port, func(i int) bool { return usedPort[i] })
+			if err != nil {
+				return p, cursor, errors.New("no router port is left for a new host:port entry; restart the session")
+			}
+			p.routerPort[e] = port
+			usedPort[port] = true
+		}
+	}
+	return p, cursor, nil
+}
+
+// portEntriesOf is the entries that are not SNI-checked, by host and port:
+// the order new ones are given addresses and router ports in.
+func portEntriesOf(entries []entry) []entry {
+	var out []entry
 	for _, e := range entries {
 		if e.Port != tlsPort {
-			portEntries = append(portEntries, e)
+			out = append(out, e)
 		}
 	}
-	if len(portEntries) > maxPortEntries {
-		return p, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
-	}
-	sort.Slice(portEntries, func(i, j int) bool {
-		if portEntries[i].Host != portEntries[j].Host {
-			return portEntries[i].Host < portEntries[j].Host
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Host != out[j].Host {
+			return out[i].Host < out[j].Host
 		}
-		return portEntries[i].Port < portEntries[j].Port
+		return out[i].Port < out[j].Port
 	})
-	next := 2 // 127.0.0.1 is every other name's address
-	for i, e := range portEntries {
-		if _, ok := p.loopback[e.Host]; !ok {
-			p.loopback[e.Host] = netip.AddrFrom4([4]byte{127, 0, byte(next >> 8), byte(next)})
-			next++
-		}
-		p.routerPort[e] = firstPortEntryPort + i
+	return out
+}
+
+// nextFree takes *next if it is within last, else the lowest index from
+// first that used does not claim: only a session that went through the
+// whole space reuses what an earlier list had.
+func nextFree(next *int, last, first int, used func(int) bool) (int, error) {
+	if *next <= last {
+		i := *next
+		*next++
+		return i, nil
 	}
-	return p, nil
+	for i := first; i <= last; i++ {
+		if !used(i) {
+			return i, nil
+		}
+	}
+	return 0, errors.New("exhausted")
 }
 
 func (p routerPlan) addressOf(host string) netip.Addr {
 	if a, ok := p.loopback[host]; ok {
 		return a
 	}
-	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	return loopbackAt(1)
 }
 
-// routerConfig renders the router's dnsmasq.conf and nginx.conf and the
-// forwarder's FORWARDS for a router at routerIP.
-func routerConfig(entries []entry, routerIP string) (dnsmasq, nginx, forwards string, err error) {
-	p, err := planRouter(entries)
-	if err != nil {
-		return "", "", "", err
+// routerFile is one file of the router's config, named as in /etc/router.
+type routerFile struct{ name, body string }
+
+// render is the session's config files for p and a router at routerIP,
+// in the order they are to be replaced: nginx.conf first and dnsmasq.conf
+// last, since a new name should resolve only once its ports are served.
+func (p routerPlan) render(routerIP string) []routerFile {
+	return []routerFile{
+		{"nginx.conf", p.nginxConf(routerIP)},
+		{"forwards", p.forwards(routerIP) + "\n"},
+		{"dnsmasq.conf", p.dnsmasqConf(routerIP)},
 	}
-	return p.dnsmasqConf(routerIP), p.nginxConf(routerIP), p.forwards(routerIP), nil
 }
 
 func (p routerPlan) dnsmasqConf(routerIP string) string {
@@ -122,9 +196,24 @@ address=/#/
 	return b.String()
 }
 
+// nginxConf is the router's nginx.conf: a stream block that relays TLS by
+// SNI and host:port entries by router port, and the credential proxy's
+// http block.
 func (p routerPlan) nginxConf(routerIP string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# Generated by agent-sandbox for one session; do not edit.
+	streamHead(&b)
+	p.sniMap(&b)
+	tlsServer(&b)
+	p.portServers(&b, routerIP)
+	b.WriteString("}\n")
+	p.credentialProxy(&b, routerIP)
+	return b.String()
+}
+
+// streamHead is the start of nginx.conf, up to the stream block's own
+// servers: what every session shares.
+func streamHead(b *strings.Builder) {
+	fmt.Fprintf(b, `# Generated by agent-sandbox for one session; do not edit.
 load_module %s;
 daemon off;
 worker_processes 1;
@@ -155,12 +244,18 @@ stream {
     # The TLS server listens on a unix socket that only the forwarder can
     # reach, and logs its port as 443 for the denial parsers.
     log_format egress_tls '$remote_addr port=443 sni="$ssl_preread_server_name" upstream="$upstream_addr" status=$status sent=$bytes_sent received=$bytes_received';
+`, ngxStreamModule, upstreamResolver)
+}
 
+// sniMap gives each SNI the allowlist names an upstream. The hosts of the
+// credential proxy it names only to give them none.
+func (p routerPlan) sniMap(b *strings.Builder) {
+	b.WriteString(`
     # Only an allowlisted SNI gets an upstream; anything else is closed.
     map $ssl_preread_server_name $sni_upstream {
         hostnames;
         default "";
-`, ngxStreamModule, upstreamResolver)
+`)
 	for _, e := range p.entries {
 		if e.Port != tlsPort || !e.Wildcard && p.injected(e.Host) {
 			continue
@@ -169,17 +264,21 @@ stream {
 		if e.Wildcard {
 			name = "*." + e.Host
 		}
-		fmt.Fprintf(&b, "        %s $ssl_preread_server_name:443;\n", name)
+		fmt.Fprintf(b, "        %s $ssl_preread_server_name:443;\n", name)
 	}
 	if len(p.injections) > 0 {
 		// An exact name beats a wildcard in a hostnames map.
 		b.WriteString("        # Through the credential proxy only (http below), never by SNI.\n")
 		for _, r := range p.injections {
-			fmt.Fprintf(&b, "        %s \"\";\n", r.host)
+			fmt.Fprintf(b, "        %s \"\";\n", r.host)
 		}
 	}
-	fmt.Fprintf(&b, `    }
+	b.WriteString("    }\n")
+}
 
+// tlsServer is the stream server the forwarder relays TLS to.
+func tlsServer(b *strings.Builder) {
+	fmt.Fprintf(b, `
     server {
         listen unix:%s;
         access_log /dev/stderr egress_tls;
@@ -188,23 +287,26 @@ stream {
         proxy_pass $sni_upstream;
     }
 `, tlsSocket)
+}
+
+// portServers relays each host:port entry from its router port; nothing
+// when there is none.
+func (p routerPlan) portServers(b *strings.Builder, routerIP string) {
 	ports := p.sortedPortEntries()
-	if len(ports) > 0 {
-		// A variable makes nginx resolve at connect time through routerd
-		// rather than once at start through the system resolver.
-		b.WriteString("\n    map $server_port $port_upstream {\n")
-		for _, e := range ports {
-			fmt.Fprintf(&b, "        %d %s:%d;\n", p.routerPort[e], e.Host, e.Port)
-		}
-		b.WriteString("    }\n\n    server {\n")
-		for _, e := range ports {
-			fmt.Fprintf(&b, "        listen %s:%d;\n", routerIP, p.routerPort[e])
-		}
-		b.WriteString("        proxy_pass $port_upstream;\n    }\n")
+	if len(ports) == 0 {
+		return
 	}
-	b.WriteString("}\n")
-	p.credentialProxy(&b, routerIP)
-	return b.String()
+	// A variable makes nginx resolve at connect time through routerd
+	// rather than once at start through the system resolver.
+	b.WriteString("\n    map $server_port $port_upstream {\n")
+	for _, e := range ports {
+		fmt.Fprintf(b, "        %d %s:%d;\n", p.routerPort[e], e.Host, e.Port)
+	}
+	b.WriteString("    }\n\n    server {\n")
+	for _, e := range ports {
+		fmt.Fprintf(b, "        listen %s:%d;\n", routerIP, p.routerPort[e])
+	}
+	b.WriteString("        proxy_pass $port_upstream;\n    }\n")
 }
 
 func (p routerPlan) injected(host string) bool {
@@ -259,27 +361,33 @@ http {
     proxy_ssl_trusted_certificate %s;
 `, upstreamResolver, p.trustedCA)
 	for _, r := range p.injections {
-		prov := r.kind.provider
-		fmt.Fprintf(b, "\n    server {\n        listen %s;\n        set $api_host %s;\n", credentialListen(routerIP, r), r.host)
-		if len(prov.refuseArgs) > 0 {
-			// The API also takes a key in the query: such a request
-			// would use the agent's key, not the user's.
-			fmt.Fprintf(b, "        if ($args ~* \"(^|&)([^&=]*%%[^&=]*|%s)(=|&|$)\") {\n            return 403;\n        }\n", strings.Join(prov.refuseArgs, "|"))
-		}
-		b.WriteString(`        location / {
+		credentialServer(b, routerIP, r)
+	}
+	b.WriteString("}\n")
+}
+
+// credentialServer is the proxy of route r: the agent's credential out,
+// the user's in.
+func credentialServer(b *strings.Builder, routerIP string, r credRoute) {
+	prov := r.kind.provider
+	fmt.Fprintf(b, "\n    server {\n        listen %s;\n        set $api_host %s;\n", credentialListen(routerIP, r), r.host)
+	if len(prov.refuseArgs) > 0 {
+		// The API also takes a key in the query: such a request would
+		// use the agent's key, not the user's.
+		fmt.Fprintf(b, "        if ($args ~* \"(^|&)([^&=]*%%[^&=]*|%s)(=|&|$)\") {\n            return 403;\n        }\n", strings.Join(prov.refuseArgs, "|"))
+	}
+	b.WriteString(`        location / {
             proxy_pass https://$api_host;
             proxy_ssl_name $api_host;
             proxy_set_header Host $api_host;
             proxy_set_header Connection "";
 `)
-		for _, h := range prov.headers {
-			if !strings.EqualFold(h, r.kind.header) {
-				fmt.Fprintf(b, "            proxy_set_header %s \"\";\n", h)
-			}
+	for _, h := range prov.headers {
+		if !strings.EqualFold(h, r.kind.header) {
+			fmt.Fprintf(b, "            proxy_set_header %s \"\";\n", h)
 		}
-		fmt.Fprintf(b, "            # proxy_set_header %s with the user's credential, replacing the agent's.\n            include %s;\n        }\n    }\n", r.kind.header, r.includeFile())
 	}
-	b.WriteString("}\n")
+	fmt.Fprintf(b, "            # proxy_set_header %s with the user's credential, replacing the agent's.\n            include %s;\n        }\n    }\n", r.kind.header, r.includeFile())
 }
 
 func (p routerPlan) sortedPortEntries() []entry {

@@ -39,28 +39,43 @@ func mustParse(t *testing.T, s string) []entry {
 	return e
 }
 
+const mixedAllowlist = "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\n"
+
+// The golden files are what a session writes at its start.
 func TestRouterConfigGolden(t *testing.T) {
 	for _, tc := range []struct{ name, allowlist string }{
 		{"empty", ""},
-		{"mixed", "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\n"},
+		{"mixed", mixedAllowlist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dnsmasq, nginx, forwards, err := routerConfig(mustParse(t, tc.allowlist), "10.89.3.2")
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.name+".dnsmasq.conf", dnsmasq)
-			golden(t, tc.name+".nginx.conf", nginx)
-			golden(t, tc.name+".forwards", forwards+"\n")
+			files := newTestRouterFiles(t, credPlan{})
+			files.applyList(t, tc.allowlist)
+			files.golden(t, tc.name)
 		})
 	}
 }
 
-func TestDnsmasqNeverForwards(t *testing.T) {
-	dnsmasq, _, _, err := routerConfig(mustParse(t, "a.example\n*.b.example\nc.example:22\n"), "10.89.3.2")
-	if err != nil {
-		t.Fatal(err)
+// A reload that adds and removes host:port entries: the entries that stay
+// keep their loopback addresses and router ports, and new ones take the
+// next unused, not those of the removed ones.
+func TestRouterConfigReloadGolden(t *testing.T) {
+	files := newTestRouterFiles(t, credPlan{})
+	files.applyList(t, "api.example.com\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\nssh.example.org:2222\n")
+	_, _, before := files.read(t)
+	// db.example.org goes, ssh.example.org:2222 goes while the host stays;
+	// aaa.example.org sorts first, and ssh.example.org gets a new port.
+	files.applyList(t, "api.example.com\n*.cdn.example.com\ngit.example.net:22\naaa.example.org:8080\nssh.example.org:22\nssh.example.org:8022\n")
+	files.golden(t, "reload")
+	_, _, after := files.read(t)
+	for _, pair := range []string{"127.0.0.3:22=10.89.3.2:10002", "127.0.0.4:22=10.89.3.2:10003"} {
+		if !strings.Contains(before, pair) || !strings.Contains(after, pair) {
+			t.Errorf("the pair %s of an entry that stays is not in both forwards:\n%s%s", pair, before, after)
+		}
 	}
+}
+
+func TestDnsmasqNeverForwards(t *testing.T) {
+	dnsmasq, _, _ := renderThroughFiles(t, credPlan{}, mustParse(t, "a.example\n*.b.example\nc.example:22\n"))
 	for _, line := range strings.Split(dnsmasq, "\n") {
 		if strings.HasPrefix(line, "server=") || strings.HasPrefix(line, "resolv-file") {
 			t.Errorf("dnsmasq would forward: %q", line)
@@ -74,10 +89,7 @@ func TestDnsmasqNeverForwards(t *testing.T) {
 }
 
 func TestTwoHostsShareAPort(t *testing.T) {
-	_, nginx, forwards, err := routerConfig(mustParse(t, "a.example:22\nb.example:22\n"), "10.89.3.2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nginx, forwards := renderThroughFiles(t, credPlan{}, mustParse(t, "a.example:22\nb.example:22\n"))
 	for _, want := range []string{"127.0.0.2:22=10.89.3.2:10001", "127.0.0.3:22=10.89.3.2:10002"} {
 		if !strings.Contains(forwards, want) {
 			t.Errorf("FORWARDS %q lacks %q", forwards, want)
@@ -95,7 +107,7 @@ func TestManyPortEntriesGetDistinctAddresses(t *testing.T) {
 	for i := range 300 {
 		fmt.Fprintf(&b, "h%d.example:22\n", i)
 	}
-	p, err := planRouter(mustParse(t, b.String()))
+	p, _, err := replan(routerPlan{}, firstCursor, mustParse(t, b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,18 +131,35 @@ func credentialTestPlan(customCA bool) credPlan {
 	return p
 }
 
-// renderThroughFiles is the production path: the session's routerFiles
-// plans the list and writes the three files; the test reads them back.
-func renderThroughFiles(t *testing.T, creds credPlan, entries []entry) (dnsmasq, nginx, forwards string) {
+// testRouterFiles is the production path: the session's routerFiles
+// plans each list after the last and writes the files into a temp dir, from
+// which the test reads them back.
+type testRouterFiles struct {
+	*routerFiles
+	dir string
+}
+
+func newTestRouterFiles(t *testing.T, creds credPlan) testRouterFiles {
 	t.Helper()
 	dir := t.TempDir()
-	files := newRouterFiles(dir, "10.89.3.2")
-	files.creds = creds
-	if err := files.apply(entries); err != nil {
+	files, err := newRouterFiles(dir, "10.89.3.2", creds)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return testRouterFiles{files, dir}
+}
+
+func (f testRouterFiles) applyList(t *testing.T, allowlist string) {
+	t.Helper()
+	if err := f.apply(mustParse(t, allowlist)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f testRouterFiles) read(t *testing.T) (dnsmasq, nginx, forwards string) {
+	t.Helper()
 	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(dir, name))
+		b, err := os.ReadFile(filepath.Join(f.dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,24 +168,32 @@ func renderThroughFiles(t *testing.T, creds credPlan, entries []entry) (dnsmasq,
 	return read("dnsmasq.conf"), read("nginx.conf"), read("forwards")
 }
 
+// golden checks the three files against testdata/name.*.
+func (f testRouterFiles) golden(t *testing.T, name string) {
+	t.Helper()
+	dnsmasq, nginx, forwards := f.read(t)
+	golden(t, name+".dnsmasq.conf", dnsmasq)
+	golden(t, name+".nginx.conf", nginx)
+	golden(t, name+".forwards", forwards)
+}
+
+// renderThroughFiles is the files a session starts with for entries.
+func renderThroughFiles(t *testing.T, creds credPlan, entries []entry) (dnsmasq, nginx, forwards string) {
+	t.Helper()
+	files := newTestRouterFiles(t, creds)
+	if err := files.apply(entries); err != nil {
+		t.Fatal(err)
+	}
+	return files.read(t)
+}
+
 // The credential proxy as the session writes it: api.anthropic.com and
 // api.openai.com listed exactly, Gemini's host under a wildcard, beside
 // plain and port entries.
 func TestRouterConfigCredentialsGolden(t *testing.T) {
-	allow := "api.anthropic.com\napi.openai.com\n*.googleapis.com\ngithub.com\ngit.example.net:22\n"
-	dnsmasq, nginx, forwards := renderThroughFiles(t, credentialTestPlan(false), mustParse(t, allow))
-	golden(t, "credentials.dnsmasq.conf", dnsmasq)
-	golden(t, "credentials.nginx.conf", nginx)
-	golden(t, "credentials.forwards", forwards)
-}
-
-// Without credentials the session's files are exactly what they were.
-func TestRouterConfigWithoutCredentialsUnchanged(t *testing.T) {
-	allow := "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\n"
-	dnsmasq, nginx, forwards := renderThroughFiles(t, credPlan{}, mustParse(t, allow))
-	golden(t, "mixed.dnsmasq.conf", dnsmasq)
-	golden(t, "mixed.nginx.conf", nginx)
-	golden(t, "mixed.forwards", forwards)
+	files := newTestRouterFiles(t, credentialTestPlan(false))
+	files.applyList(t, "api.anthropic.com\napi.openai.com\n*.googleapis.com\ngithub.com\ngit.example.net:22\n")
+	files.golden(t, "credentials")
 }
 
 func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
@@ -220,5 +257,134 @@ func TestCredentialProxyHeaders(t *testing.T) {
 				t.Errorf("query arguments refused for %s: %v", k.provider.id, strings.Contains(nginx, "return 403;"))
 			}
 		})
+	}
+}
+
+func TestReplanKeepsAddressesAndPorts(t *testing.T) {
+	p1, c1, err := replan(routerPlan{}, firstCursor, mustParse(t, "m.test:22\nm.test:2222\nz.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a.test sorts first: from scratch it would take m.test's address.
+	p2, c2, err := replan(p1, c1, mustParse(t, "a.test:22\nm.test:22\nm.test:2222\nz.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"m.test", "z.test"} {
+		if p2.loopback[host] != p1.loopback[host] {
+			t.Errorf("%s moved from %s to %s", host, p1.loopback[host], p2.loopback[host])
+		}
+	}
+	for e, port := range p1.routerPort {
+		if p2.routerPort[e] != port {
+			t.Errorf("%v moved from router port %d to %d", e, port, p2.routerPort[e])
+		}
+	}
+	if a := p2.loopback["a.test"]; a.String() != "127.0.0.4" {
+		t.Errorf("a.test got %s, want the next unused address 127.0.0.4", a)
+	}
+	if port := p2.routerPort[entry{Host: "a.test", Port: 22}]; port != firstPortEntryPort+3 {
+		t.Errorf("a.test:22 got router port %d, want %d", port, firstPortEntryPort+3)
+	}
+
+	// A removed host's address and ports are not handed to the next one.
+	p3, c3, err := replan(p2, c2, mustParse(t, "a.test:22\nz.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p4, _, err := replan(p3, c3, mustParse(t, "a.test:22\nb.test:22\nz.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p4.loopback["b.test"]; a == p1.loopback["m.test"] || a.String() != "127.0.0.5" {
+		t.Errorf("b.test got %s; want 127.0.0.5, not m.test's old %s", a, p1.loopback["m.test"])
+	}
+	if port := p4.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+4 {
+		t.Errorf("b.test:22 got router port %d, want %d", port, firstPortEntryPort+4)
+	}
+
+	// The rendered forwards keep the pairs of hosts that stay.
+	before, after := p1.forwards("10.89.3.2"), p4.forwards("10.89.3.2")
+	for _, pair := range strings.Fields(before) {
+		if strings.HasPrefix(pair, p1.loopback["z.test"].String()+":") && !strings.Contains(after, pair) {
+			t.Errorf("z.test's pair %s is gone from %q", pair, after)
+		}
+	}
+}
+
+func TestReplanReusesOnlyWhenExhausted(t *testing.T) {
+	p1, _, err := replan(routerPlan{}, firstCursor, mustParse(t, "a.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A cursor at the end of both spaces: only free slots are left.
+	p2, _, err := replan(p1, planCursor{addr: lastAddrIndex + 1, port: lastPort + 1}, mustParse(t, "a.test:22\nb.test:22\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p2.loopback["b.test"]; a.String() != "127.0.0.3" {
+		t.Errorf("b.test got %s, want the lowest free 127.0.0.3", a)
+	}
+	if port := p2.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+1 {
+		t.Errorf("b.test:22 got %d, want the lowest free %d", port, firstPortEntryPort+1)
+	}
+}
+
+// nginxLines is the set of nginx.conf's lines as routerd compares them.
+func nginxLines(conf string) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range strings.Split(conf, "\n") {
+		m[strings.TrimSpace(l)] = true
+	}
+	return m
+}
+
+// routerd ends nginx's old workers, and every connection they hold, when a
+// new nginx.conf drops a line of the running one (router-image/routerd,
+// dropsLine): an edit that only adds hosts must only add lines, or every
+// addition would cut the agent's open connections.
+func TestNginxConfOnlyGainsLinesWhenHostsAreAdded(t *testing.T) {
+	steps := []string{
+		"",
+		"api.example.com\n",
+		"api.example.com\n*.cdn.example.com\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\n",
+		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\nssh.example.org:2222\ndb.example.org:5432\n",
+	}
+	var p routerPlan
+	cursor := firstCursor
+	prev := p.nginxConf("10.89.3.2")
+	for _, list := range steps {
+		next, c, err := replan(p, cursor, mustParse(t, list))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := next.nginxConf("10.89.3.2")
+		have := nginxLines(conf)
+		for l := range nginxLines(prev) {
+			if !have[l] {
+				t.Errorf("adding hosts to get\n%s\ndropped the line %q of nginx.conf", list, l)
+			}
+		}
+		p, cursor, prev = next, c, conf
+	}
+
+	// Removing any one entry drops a line, so that its connections end.
+	full := mustParse(t, steps[len(steps)-1])
+	for i := range full {
+		rest := append(slices.Clone(full[:i]), full[i+1:]...)
+		next, _, err := replan(p, cursor, rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := nginxLines(next.nginxConf("10.89.3.2"))
+		dropped := false
+		for l := range nginxLines(prev) {
+			dropped = dropped || !have[l]
+		}
+		if !dropped {
+			t.Errorf("removing %v keeps every line of nginx.conf", full[i])
+		}
 	}
 }

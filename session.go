@@ -288,12 +288,12 @@ func (s *session) createNetworks(ctx context.Context) (netip.Addr, error) {
 // writeRouterFiles writes the router's and the forwarder's config for the
 // allowlist into the session's temp dir.
 func (s *session) writeRouterFiles(routerIP netip.Addr) error {
-	s.files = newRouterFiles(s.cfg.tmp, routerIP.String())
-	s.files.creds = s.cfg.cred.plan()
-	if err := s.files.apply(s.cfg.entries); err != nil {
+	files, err := newRouterFiles(s.cfg.tmp, routerIP.String(), s.cfg.cred.plan())
+	if err != nil {
 		return refused(err)
 	}
-	return refused(makeTLSDir(s.cfg.tmp))
+	s.files = files
+	return refused(files.apply(s.cfg.entries))
 }
 
 // startRouterAndPod starts the router and the pod side by side, as they

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containers/podman/v5/libpod/define"
@@ -177,17 +174,4 @@ func hostAddrs() string {
 		}
 	}
 	return strings.Join(out, ",")
-}
-
-// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
-func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
-
-// makeTLSDir makes tlsDirOf(tmp), open to the forwarder, which connects
-// as another uid of the user namespace.
-func makeTLSDir(tmp string) error {
-	dir := tlsDirOf(tmp)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("cannot make the router's socket dir: %w", err)
-	}
-	return os.Chmod(dir, 0o755)
 }

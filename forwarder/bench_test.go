@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -238,15 +237,6 @@ func benchForwarder(b *testing.B, f forward) *net.TCPAddr {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		relayAll(ctx, ls)
-		close(done)
-	}()
-	b.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	serveInBackground(b, ls, nil, io.Discard)
 	return ls[0].ln.Addr().(*net.TCPAddr)
 }

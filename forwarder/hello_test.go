@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -135,17 +134,11 @@ func startRelays(t *testing.T, fs ...forward) ([]string, *syncLog) {
 		t.Fatal(err)
 	}
 	log := &syncLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := newRelays(ctx, log)
+	serveInBackground(t, ls, nil, log)
 	var addrs []string
 	for _, l := range ls {
-		r.start(l)
 		addrs = append(addrs, l.ln.Addr().String())
 	}
-	t.Cleanup(func() {
-		cancel()
-		r.wait()
-	})
 	return addrs, log
 }
 
@@ -247,7 +240,7 @@ func TestRelayPassesOtherBytesOn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { echoed(t, tc.addr, tc.in) })
 	}
-	if strings.Contains(log.String(), "refused") {
+	if strings.Contains(log.String(), "forwarder: refused") {
 		t.Errorf("something was refused:\n%s", log)
 	}
 }

@@ -94,7 +94,7 @@ func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, erro
 	if strings.TrimSpace(getenv("FORWARDS")) != "" {
 		return nil, nil, errors.New("both FORWARDS and FORWARDS_FILE are set; set one of them")
 	}
-	f := &forwardsFile{path: path}
+	f := &forwardsFile{path: path, every: forwardsPoll}
 	fs, _, err := f.read()
 	if err != nil {
 		return nil, nil, err
@@ -128,12 +128,9 @@ func parseForward(pair string) (forward, error) {
 	}
 	target, tls := strings.CutSuffix(target, tlsOption)
 	if path, ok := strings.CutPrefix(target, "unix:"); ok {
-		l, err := parseAddrPort("listen", listen)
+		l, err := parseListen(listen)
 		if err != nil {
 			return forward{}, err
-		}
-		if !l.Addr().IsLoopback() {
-			return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
 		}
 		if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 			return forward{}, fmt.Errorf("bad target socket %q: want unix:/ABSOLUTE/PATH", path)
@@ -143,18 +140,28 @@ func parseForward(pair string) (forward, error) {
 	if i := strings.LastIndexByte(target, '/'); i >= 0 {
 		return forward{}, fmt.Errorf("unknown option %q after the target (the only one is %s)", target[i:], tlsOption)
 	}
-	l, err := parseAddrPort("listen", listen)
+	l, err := parseListen(listen)
 	if err != nil {
 		return forward{}, err
-	}
-	if !l.Addr().IsLoopback() {
-		return forward{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
 	}
 	t, err := parseAddrPort("target", target)
 	if err != nil {
 		return forward{}, err
 	}
 	return forward{listen: l, target: t, tls: tls}, nil
+}
+
+// parseListen reads a pair's listen address, which must be in the pod's
+// loopback: the agent's connections reach the forwarder there alone.
+func parseListen(s string) (netip.AddrPort, error) {
+	l, err := parseAddrPort("listen", s)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if !l.Addr().IsLoopback() {
+		return netip.AddrPort{}, fmt.Errorf("listen address %s is not loopback (use 127.0.0.0/8 or ::1)", l.Addr())
+	}
+	return l, nil
 }
 
 // parseAddrPort is stricter than netip.ParseAddrPort so that the error says
@@ -204,35 +211,40 @@ type listener struct {
 	log io.Writer
 }
 
-// serve listens on every forward before relaying any, so a bad address fails
-// the start rather than leaving a half-working pod.
-func serve(ctx context.Context, forwards []forward) error {
-	return serveWatching(ctx, forwards, nil)
-}
-
-// serveWatching is serve that also follows file, when there is one: a
-// change opens listeners for new pairs and closes those of removed pairs
-// with their open relays.
+// serveWatching listens on every forward before relaying any, so a bad
+// address fails the start rather than leaving a half-working pod, and
+// serves them until ctx ends (see serveListeners).
 func serveWatching(ctx context.Context, forwards []forward, file *forwardsFile) error {
 	ls, err := listenAll(forwards)
 	if err != nil {
 		return err
 	}
-	for _, l := range ls {
-		fmt.Fprintf(os.Stderr, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.describe())
+	serveListeners(ctx, ls, file, os.Stderr)
+	return nil
+}
+
+// serveListeners says on log where ls listen and that the forwarder is
+// ready, and relays what they accept until ctx ends. It also follows file,
+// when there is one: a change opens listeners for new pairs and closes
+// those of removed pairs with their open relays. At the end it closes the
+// listeners and every open relay, and returns once they are all gone.
+func serveListeners(ctx context.Context, ls []listener, file *forwardsFile, log io.Writer) {
+	current := make([]forward, len(ls))
+	for i, l := range ls {
+		current[i] = l.forward
+		fmt.Fprintf(log, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.describe())
 	}
 	// The launcher, attached to our output, starts the agent on this line.
-	fmt.Fprintln(os.Stderr, readyLine)
-	r := newRelays(ctx, os.Stderr)
+	fmt.Fprintln(log, readyLine)
+	r := newRelays(ctx, log)
 	for _, l := range ls {
 		r.start(l)
 	}
 	if file != nil {
-		r.follow(file, forwards, forwardsPoll)
+		r.follow(file, current)
 	}
 	<-ctx.Done()
 	r.wait()
-	return nil
 }
 
 func listenAll(forwards []forward) ([]listener, error) {
@@ -257,17 +269,6 @@ func listen(f forward) (*net.TCPListener, error) {
 		return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
 	}
 	return ln.(*net.TCPListener), nil
-}
-
-// relayAll serves until ctx ends, then closes the listeners and every open
-// relay, and returns once they are all gone.
-func relayAll(ctx context.Context, ls []listener) {
-	r := newRelays(ctx, io.Discard)
-	for _, l := range ls {
-		r.start(l)
-	}
-	<-ctx.Done()
-	r.wait()
 }
 
 func acceptLoop(l *listener, wg *sync.WaitGroup) {
@@ -303,33 +304,12 @@ func relay(l *listener, client *net.TCPConn) {
 	var hello *helloBuf
 	watching := false // a ClientHello passed: watch what follows it
 	if l.tls {
-		// Ending ctx while the client is still sending closes it.
-		stop := context.AfterFunc(ctx, func() { _ = client.Close() })
-		var v helloVerdict
-		var typ uint16
-		hello, v, typ = readHello(client)
-		defer func() { hello.release() }()
-		if !stop() {
-			return
-		}
-		switch v {
-		case helloPlain:
-			watching = true
-		case helloECH:
-			fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with %s (0x%04x) on %s\n", extName(typ), typ, l.ln.Addr())
-			_ = client.SetLinger(0)
-			_ = client.Close()
-			return
-		case helloIncomplete:
-			// Too slow, or the client went away. nginx, had it been
-			// the one waiting, would have closed it at its preread
-			// timeout; passing it on would give the rest of the hello
-			// a second wait there, past this check.
-			_ = client.SetLinger(0)
-			_ = client.Close()
+		var ok bool
+		if hello, watching, ok = screenHello(l, client); !ok {
 			return
 		}
 	}
+	defer func() { hello.release() }()
 	// No keepalive probes: both ends of this hop are on this machine, and
 	// each probe setting costs a syscall per connection.
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
@@ -338,8 +318,7 @@ func relay(l *listener, client *net.TCPConn) {
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
 		// server had nothing to say.
-		_ = client.SetLinger(0)
-		_ = client.Close()
+		reset(client)
 		return
 	}
 	upstream := c.(relayConn)
@@ -370,6 +349,43 @@ func relay(l *listener, client *net.TCPConn) {
 	wg.Go(func() { pipe(client, upstream, closeBoth) })
 	wg.Wait()
 	closeBoth()
+}
+
+// screenHello reads the ClientHello of a client of l, a TLS pair, before
+// anything is dialled. ok is false when the client is closed: its hello
+// asks for ECH, did not come whole, or l.ctx ended meanwhile. Otherwise
+// hello is what was read, to be passed on, and watching says it was a
+// ClientHello that passed, so that what follows it is to be watched.
+func screenHello(l *listener, client *net.TCPConn) (hello *helloBuf, watching, ok bool) {
+	// Ending ctx while the client is still sending closes it.
+	stop := context.AfterFunc(l.ctx, func() { _ = client.Close() })
+	hello, v, typ := readHello(client)
+	if !stop() {
+		hello.release()
+		return nil, false, false
+	}
+	switch v {
+	case helloPlain:
+		return hello, true, true
+	case helloECH:
+		fmt.Fprintf(l.log, "forwarder: refused a TLS ClientHello with %s (0x%04x) on %s\n", extName(typ), typ, l.ln.Addr())
+	case helloIncomplete:
+		// Too slow, or the client went away. nginx, had it been the one
+		// waiting, would have closed it at its preread timeout; passing
+		// it on would give the rest of the hello a second wait there,
+		// past this check.
+	default:
+		return hello, false, true
+	}
+	reset(client)
+	hello.release()
+	return nil, false, false
+}
+
+// reset closes c with a RST rather than a FIN.
+func reset(c *net.TCPConn) {
+	_ = c.SetLinger(0)
+	_ = c.Close()
 }
 
 // pipe copies src to dst with splice (see relayCopy). A clean EOF is passed

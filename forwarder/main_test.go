@@ -172,25 +172,32 @@ func startForwarder(t *testing.T, targets ...netip.AddrPort) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		relayAll(ctx, ls)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("relayAll did not return after cancel")
-		}
-	})
+	serveInBackground(t, ls, nil, io.Discard)
 	var addrs []string
 	for _, l := range ls {
 		addrs = append(addrs, l.ln.Addr().String())
 	}
 	return addrs
+}
+
+// serveInBackground serves ls as serveWatching does, following file when
+// there is one, until the test ends.
+func serveInBackground(tb testing.TB, ls []listener, file *forwardsFile, log io.Writer) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		serveListeners(ctx, ls, file, log)
+		close(done)
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			tb.Error("serveListeners did not return after cancel")
+		}
+	})
 }
 
 func addrOf(ln *net.TCPListener) netip.AddrPort {
@@ -407,7 +414,7 @@ func TestShutdownClosesRelays(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		relayAll(ctx, ls)
+		serveListeners(ctx, ls, nil, io.Discard)
 		close(done)
 	}()
 	addr := ls[0].ln.Addr().String()
@@ -423,7 +430,7 @@ func TestShutdownClosesRelays(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("relayAll did not return with a relay open")
+		t.Fatal("serveListeners did not return with a relay open")
 	}
 	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("relay still open after shutdown: %v", err)
@@ -437,10 +444,10 @@ func TestShutdownClosesRelays(t *testing.T) {
 func TestEmptyForwardsBlocksUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, nil) }()
+	go func() { done <- serveWatching(ctx, nil, nil) }()
 	select {
 	case err := <-done:
-		t.Fatalf("serve returned before cancel: %v", err)
+		t.Fatalf("serveWatching returned before cancel: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	cancel()
@@ -450,7 +457,7 @@ func TestEmptyForwardsBlocksUntilCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("serve did not return after cancel")
+		t.Fatal("serveWatching did not return after cancel")
 	}
 }
 

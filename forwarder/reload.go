@@ -23,7 +23,9 @@ const forwardsPoll = 100 * time.Millisecond
 // forwardsFile is FORWARDS_FILE: the same syntax as FORWARDS, read at
 // start and then whenever it changes.
 type forwardsFile struct {
-	path  string
+	path string
+	// every is how often it is looked at.
+	every time.Duration
 	stamp filestamp.Stamp
 	sum   [32]byte
 }
@@ -150,17 +152,17 @@ func (r *relays) openMissingLocked() {
 	}
 }
 
-// follow looks at file every interval until ctx ends and applies each
+// follow looks at file every file.every until ctx ends and applies each
 // change that parses. A change that does not parse is logged once and
 // the listeners stay as they are.
-func (r *relays) follow(file *forwardsFile, current []forward, every time.Duration) {
+func (r *relays) follow(file *forwardsFile, current []forward) {
 	r.mu.Lock()
 	r.want = current
 	r.followed = make(chan struct{})
 	r.mu.Unlock()
 	go func() {
 		defer close(r.followed)
-		tick := time.NewTicker(every)
+		tick := time.NewTicker(file.every)
 		defer tick.Stop()
 		lastErr := ""
 		for {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -90,13 +89,13 @@ func writeForwards(t *testing.T, path string, pairs ...string) {
 
 func pair(listen, target netip.AddrPort) string { return listen.String() + "=" + target.String() }
 
-// followForwards runs relays that follow a forwards file, as serveWatching
-// does, but polling faster and logging to the returned log.
+// followForwards serves a forwards file as serveWatching does, but
+// polling faster and logging to the returned log.
 func followForwards(t *testing.T, pairs ...string) (path string, log *syncLog) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "forwards")
 	writeForwards(t, path, pairs...)
-	f := &forwardsFile{path: path}
+	f := &forwardsFile{path: path, every: 20 * time.Millisecond}
 	fs, _, err := f.read()
 	if err != nil {
 		t.Fatal(err)
@@ -106,26 +105,7 @@ func followForwards(t *testing.T, pairs ...string) (path string, log *syncLog) {
 		t.Fatal(err)
 	}
 	log = &syncLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := newRelays(ctx, log)
-	for _, l := range ls {
-		r.start(l)
-	}
-	r.follow(f, fs, 20*time.Millisecond)
-	done := make(chan struct{})
-	go func() {
-		<-ctx.Done()
-		r.wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("relays did not stop after cancel")
-		}
-	})
+	serveInBackground(t, ls, f, log)
 	return path, log
 }
 

@@ -258,7 +258,7 @@ func TestRelayWatchesLaterHellos(t *testing.T) {
 			}
 			if tc.refused == 0 {
 				echoedAfter(t, c, tc.rest)
-				if strings.Contains(log.String(), "refused") {
+				if strings.Contains(log.String(), "forwarder: refused") {
 					t.Errorf("something was refused:\n%s", log)
 				}
 				return
@@ -316,7 +316,7 @@ func TestRelayWatchPassesBytesIntact(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { echoed(t, addrs[0], tc.in) })
 	}
-	if strings.Contains(log.String(), "refused") {
+	if strings.Contains(log.String(), "forwarder: refused") {
 		t.Errorf("something was refused:\n%s", log)
 	}
 }
@@ -435,7 +435,7 @@ func TestRelayRealTLS(t *testing.T) {
 					t.Errorf("connection %d: version 0x%04x after %d ClientHellos, want 0x%04x after %d", i, st.Version, raw.hellos, tc.version, tc.hellos)
 				}
 			}
-			if strings.Contains(log.String(), "refused") {
+			if strings.Contains(log.String(), "forwarder: refused") {
 				t.Errorf("something was refused:\n%s", log)
 			}
 		})

@@ -72,8 +72,6 @@ func listenDNS(f answerer, addr string) (*dnsServer, error) {
 	}
 }
 
-func (s *dnsServer) addr() string { return s.tcp.Addr().String() }
-
 // serve answers until ctx ends. An error means the filter stopped on its own.
 func (s *dnsServer) serve(ctx context.Context) error {
 	var wg sync.WaitGroup

@@ -168,7 +168,7 @@ func startFakeUpstreamOn(t *testing.T, addr string) *fakeUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &fakeUpstream{udp: srv.udp, tcp: srv.tcp, addr: netip.MustParseAddrPort(srv.addr())}
+	u := &fakeUpstream{udp: srv.udp, tcp: srv.tcp, addr: netip.MustParseAddrPort(srv.tcp.Addr().String())}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		_ = u.udp.Close()
@@ -216,7 +216,7 @@ func deadAddr(t *testing.T) netip.AddrPort {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := netip.MustParseAddrPort(srv.addr())
+	addr := netip.MustParseAddrPort(srv.tcp.Addr().String())
 	_ = srv.udp.Close()
 	_ = srv.tcp.Close()
 	return addr
@@ -263,7 +263,7 @@ func startFilter(t *testing.T, allow []netip.Prefix, upstreams ...netip.AddrPort
 			t.Error("serve did not return after cancel")
 		}
 	})
-	return srv.addr(), logs
+	return srv.tcp.Addr().String(), logs
 }
 
 func newQuery(id uint16, name string, typ dnsmessage.Type, ednsSize int) []byte {

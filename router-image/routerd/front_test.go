@@ -34,7 +34,7 @@ func startFront(t *testing.T, backend netip.AddrPort, patience time.Duration) st
 		cancel()
 		<-done
 	})
-	return srv.addr()
+	return srv.tcp.Addr().String()
 }
 
 func TestFrontRelays(t *testing.T) {
@@ -74,7 +74,7 @@ func TestFrontWaitsForBackend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		backend := netip.MustParseAddrPort(old.addr())
+		backend := netip.MustParseAddrPort(old.tcp.Addr().String())
 		addr := startFront(t, backend, 3*time.Second)
 		type result struct {
 			m   *dnsmessage.Message

@@ -274,7 +274,7 @@ func freePort(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := srv.addr()
+	addr := srv.tcp.Addr().String()
 	_ = srv.udp.Close()
 	_ = srv.tcp.Close()
 	return addr
