@@ -55,7 +55,7 @@ type phase struct {
 
 var (
 	phaseService = phase{name: "while the API service starts", file: "service-starting", slowService: true}
-	phaseNetwork = phase{name: "while the session network is created", line: `trace .* volume create `}
+	phaseNetwork = phase{name: "while the session network is created", line: `trace .* volume inspect `}
 	phaseRouter  = phase{name: "while the router starts", line: `trace .* container create \S+-router$`}
 	phasePod     = phase{name: "while the pod starts", line: `trace .* pod create `}
 	phaseAgent   = phase{name: "while the agent runs", file: "started"}
