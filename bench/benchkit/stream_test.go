@@ -163,7 +163,7 @@ stream_upstream_api_setup_ms 1.5
 stream_upstream_api_setup_ms 2.5
 stream_upstream_api_conns 6
 stream_upstream_api_resumed 0
-stream_upstream_direct_conns 3
+stream_upstream_direct_conns 1
 stream_upstream_direct_resumed 0
 load_stream 1.5
 load_stream 2.5
@@ -198,7 +198,7 @@ load_stream 2.5
 		"through the proxy 6 carried the user's key in x-api-key and no Authorization, 0 did not; direct, 6 carried no credential, 0 did (as it should;",
 		"stream rounds: median 2.00 (1.50–2.50, n=2)",
 		"Through the proxy, the upstream got 6 requests on 6 connections (0 of them resumed a TLS session); a new connection's first request arrived 2.00 ms (median; 1.50–2.50) after",
-		"Direct, the upstream got 6 requests on 3 connections (0 of them resumed a TLS session).",
+		"Direct, the upstream got 6 requests on 1 connection (0 of them resumed a TLS session).",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())

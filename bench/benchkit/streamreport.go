@@ -84,8 +84,8 @@ func streamDetails(s samples, w io.Writer) {
 			bad, _ = s.stat("stream_upstream_direct_bad")
 		}
 		resumed, _ := s.stat("stream_upstream_" + side.key + "_resumed")
-		fmt.Fprintf(w, "\n%s, the upstream got %.0f requests on %.0f connections (%.0f of them resumed a TLS session)",
-			side.name, reqs.sum+bad.sum, conns.sum, resumed.sum)
+		fmt.Fprintf(w, "\n%s, the upstream got %s on %s (%.0f of them resumed a TLS session)",
+			side.name, count(reqs.sum+bad.sum, "request"), count(conns.sum, "connection"), resumed.sum)
 		if setup, ok := s.stat("stream_upstream_" + side.key + "_setup_ms"); ok {
 			fmt.Fprintf(w, "; a new connection's first request arrived %.2f ms (median; %.2f–%.2f) after the upstream accepted it: TCP, the client's TLS handshake, the request",
 				setup.median, setup.lo, setup.hi)
@@ -93,4 +93,12 @@ func streamDetails(s samples, w io.Writer) {
 		fmt.Fprintln(w, ".")
 	}
 	loadAround(s, "stream", "stream rounds", w)
+}
+
+// count writes "1 connection", "24 connections".
+func count(n float64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatFloat(n, 'f', 0, 64) + " " + noun + "s"
 }
