@@ -56,7 +56,7 @@ func TestServeAndClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := blobServer(pair)
+	srv := blobServer(pair, &streamCheck{})
 	go func() { _ = srv.ServeTLS(hl, "", "") }()
 	defer srv.Close()
 
@@ -201,5 +201,17 @@ small_sandbox_dns_ms 0.8
 	}
 	if strings.Contains(out.String(), "upload") {
 		t.Errorf("a measurement without samples is shown:\n%s", out.String())
+	}
+}
+
+func TestFootprintOnlyWhenMeasured(t *testing.T) {
+	var out strings.Builder
+	footprint(samples{}, &out)
+	if out.Len() != 0 {
+		t.Errorf("footprint without samples wrote %q", out.String())
+	}
+	footprint(samples{"rss_helpers_kib": {10240}}, &out)
+	if !strings.Contains(out.String(), "### Footprint by process") || !strings.Contains(out.String(), "| router + forwarder | 10.0 MiB (10.0–10.0, n=1) | not read |") {
+		t.Errorf("footprint with samples:\n%s", out.String())
 	}
 }

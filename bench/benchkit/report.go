@@ -156,11 +156,18 @@ var figures = []figure{
 	{group: "Footprint", name: "launcher + its API service, RSS", key: "rss_launcher_service_kib", unit: "MiB", scale: 1.0 / 1024, notes: "no target"},
 	{group: "Scale", name: "{S} sessions at once, wall time for all", key: "t_eight", base: "t_one", baseName: "one session", unit: "s", scale: 1, limit: 3, atMost: true, target: "≤ 3 × one session"},
 	{group: "Scale", name: "T_session with 5,000 entries (200 host:port)", key: "t_one_big", base: "t_one", baseName: "10 entries", unit: "s", scale: 1, limit: 1.2, atMost: true, target: "≤ 1.2 × 10 entries"},
+	{group: "Stream", name: "first byte of a {SMiB} MiB SSE answer, new connection, through the credential proxy", key: "stream_proxy_ttfb_s", base: "stream_direct_ttfb_s", baseName: "direct", unit: "ms", scale: 1000, limit: 1.2, atMost: true, target: "≤ 1.2 × direct"},
+	{group: "Stream", name: "first byte of the next answer ({WKiB} KiB) on the kept-alive connection, through the credential proxy", key: "stream_proxy_warm_ttfb_s", base: "stream_direct_warm_ttfb_s", baseName: "direct", unit: "ms", scale: 1000, limit: 1.2, atMost: true, target: "≤ 1.2 × direct"},
+	{group: "Stream", name: "throughput of the {SMiB} MiB SSE answer ({E}-byte events, each flushed), through the credential proxy", key: "stream_proxy_mibps", base: "stream_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, notes: "no target"},
 }
 
 func (st stat) format(unit string, scale float64) string {
 	prec := 3
-	if unit != "s" {
+	switch unit {
+	case "ms":
+		prec = 2
+	case "s":
+	default:
 		prec = 1
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x*scale, 'f', prec, 64) }
@@ -171,7 +178,8 @@ func (st stat) format(unit string, scale float64) string {
 // (every row when groups is empty); it returns how many targets were missed.
 func table(s samples, groups []string, w io.Writer) int {
 	missed := 0
-	params := strings.NewReplacer("{MiB}", s.param("data_mib", "256"), "{N}", s.param("small_requests", "200"), "{S}", s.param("scale_sessions", "8"))
+	params := strings.NewReplacer("{MiB}", s.param("data_mib", "256"), "{N}", s.param("small_requests", "200"), "{S}", s.param("scale_sessions", "8"),
+		"{SMiB}", s.param("stream_mib", "64"), "{WKiB}", s.param("stream_warm_kib", "64"), "{E}", s.param("stream_event_bytes", "1024"))
 	fmt.Fprintln(w, "| group | figure | median (min–max) | baseline: median (min–max) | ratio | target | met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, f := range figures {
@@ -407,7 +415,12 @@ var footprintParts = []struct{ key, name string }{
 	{"infra", "pod infra container (catatonit; not counted above)"},
 }
 
+// footprint writes its section, or nothing when the part did not run.
 func footprint(s samples, w io.Writer) {
+	if _, ok := s.stat("rss_helpers_kib"); !ok {
+		return
+	}
+	fmt.Fprint(w, "\n### Footprint by process\n\nRead from /proc (VmRSS, and Pss from smaps_rollup) while an idle session ran, and in the first session again after it moved the data of one data-path round; PSS splits pages shared between processes.\n\n")
 	fmt.Fprintln(w, "| processes | RSS median (min–max) | PSS median (min–max) |")
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, p := range footprintParts {
@@ -676,7 +689,7 @@ func runReport(args []string) error {
 	dataRounds(s, w)
 	smallSteps(s, w)
 	relayCPU(s, w)
-	fmt.Fprint(w, "\n### Footprint by process\n\nRead from /proc (VmRSS, and Pss from smaps_rollup) while an idle session ran, and in the first session again after it moved the data of one data-path round; PSS splits pages shared between processes.\n\n")
+	streamDetails(s, w)
 	footprint(s, w)
 	if files := fs.Args(); len(files) > 0 {
 		fmt.Fprint(w, "\n### Where a session's time goes (AGENT_SANDBOX_TRACE=1)\n\n")

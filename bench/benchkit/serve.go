@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -26,8 +27,10 @@ const serveReady = "benchkit: serving"
 // runServe is the data path's upstream: an authoritative DNS server for a
 // few *.test names (it never recurses, so nothing it is asked leaves the
 // machine) and an HTTPS server that streams and swallows blobs. It logs
-// nothing per request: the fake upstream of the e2e suite logs with O_SYNC,
-// which would weigh on the direct baseline more than on the sandbox.
+// nothing per request but one line per streamed answer (its host and
+// whether it carried the right credential): the fake upstream of the e2e
+// suite logs with O_SYNC, which would weigh on the direct baseline more
+// than on the sandbox.
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	zoneFlag := fs.String("zone", "", "name=IPv4 or *.suffix=IPv4, comma-separated; *.test names only")
@@ -35,6 +38,8 @@ func runServe(args []string) error {
 	httpsAddr := fs.String("https", ":443", "HTTPS address")
 	cert := fs.String("cert", "", "server certificate PEM")
 	key := fs.String("key", "", "server key PEM")
+	apiHost := fs.String("api-host", "", "the stream's API host: its requests must carry the key of -api-key-file in x-api-key")
+	apiKeyFile := fs.String("api-key-file", "", "file holding the key the credential proxy adds")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +50,13 @@ func runServe(args []string) error {
 	pair, err := tls.LoadX509KeyPair(*cert, *key)
 	if err != nil {
 		return fmt.Errorf("load -cert/-key: %w", err)
+	}
+	check := &streamCheck{apiHost: *apiHost, log: os.Stdout}
+	if *apiHost != "" {
+		b, err := os.ReadFile(*apiKeyFile)
+		if check.apiKey = strings.TrimSpace(string(b)); err != nil || check.apiKey == "" {
+			return fmt.Errorf("-api-host needs a key in -api-key-file: %v", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -63,7 +75,7 @@ func runServe(args []string) error {
 	}
 	go dnsserve.UDP(pc, z.answer)
 	go dnsserve.TCP(tl, 10*time.Second, z.answer, nil)
-	srv := blobServer(pair)
+	srv := blobServer(pair, check)
 	go func() { _ = srv.ServeTLS(hl, "", "") }()
 	fmt.Printf("%s dns=%s https=%s\n", serveReady, pc.LocalAddr(), hl.Addr())
 	<-ctx.Done()
@@ -73,9 +85,10 @@ func runServe(args []string) error {
 }
 
 // blobServer serves GET /blob?bytes=N (N zero bytes), PUT /upload (read and
-// counted) and GET /small (three bytes), over HTTP/1.1 only, so that both
-// paths of the comparison speak the same protocol.
-func blobServer(pair tls.Certificate) *http.Server {
+// counted), GET /small (three bytes) and the streamed answers of POST
+// /v1/messages (stream.go), over HTTP/1.1 only, so that both paths of the
+// comparison speak the same protocol.
+func blobServer(pair tls.Certificate, check *streamCheck) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /blob", func(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
@@ -105,8 +118,10 @@ func blobServer(pair tls.Certificate) *http.Server {
 	mux.HandleFunc("GET /small", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("POST /v1/messages", check.stream)
 	return &http.Server{
 		Handler:           mux,
+		ConnState:         check.connState,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"http/1.1"}},
 		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
