@@ -23,6 +23,10 @@ type fakeEngine struct {
 	// was made: a signal that arrives during that step.
 	cancelOn string
 	cancel   func()
+	// cancelFails makes the call at cancelOn fail with the cancellation
+	// although it did its work, as a request podman finished after the
+	// client gave up on it.
+	cancelFails bool
 	// notReady names a helper container that exits before it is ready.
 	notReady string
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
@@ -72,6 +76,9 @@ func (f *fakeEngine) record(method, arg string) error {
 	f.mu.Unlock()
 	if c == f.cancelOn && cancel != nil {
 		cancel()
+		if f.cancelFails {
+			return fmt.Errorf("%s: %w", c, context.Canceled)
+		}
 	}
 	if c == f.failOn {
 		return fmt.Errorf("%s: %w", c, errFake)

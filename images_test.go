@@ -47,8 +47,8 @@ func releaseVersion(t *testing.T) {
 	t.Cleanup(func() { version, registry = v, r })
 }
 
-// created lists the calls that create something in podman.
-func created(calls []string) []string {
+// createCalls lists the calls that create something in podman.
+func createCalls(calls []string) []string {
 	var out []string
 	for _, c := range calls {
 		if strings.Contains(c, "Create") {
@@ -151,7 +151,7 @@ func TestCustomMissingImageIsRefusedAndNothingBuilt(t *testing.T) {
 					t.Errorf("%s although a custom image is missing", c)
 				}
 			}
-			if c := created(eng.calls); len(c) > 0 {
+			if c := createCalls(eng.calls); len(c) > 0 {
 				t.Errorf("created %v although an image is missing", c)
 			}
 			if !strings.Contains(out, "image localhost/custom:1 is missing") || !strings.Contains(out, "unset "+env) {
@@ -218,7 +218,7 @@ func TestFirstRunWithoutHelpersNamesMakeBuild(t *testing.T) {
 	out := stderr()
 	// Checked before any build: the sandbox image (minutes) is not built
 	// only for the router's to fail.
-	if len(eng.builds) > 0 || len(created(eng.calls)) > 0 {
+	if len(eng.builds) > 0 || len(createCalls(eng.calls)) > 0 {
 		t.Errorf("calls despite the missing helpers:\n%s", strings.Join(eng.calls, "\n"))
 	}
 	for _, w := range []string{"router image", "forwarder.bin and routerd.bin", "make build"} {
@@ -248,7 +248,7 @@ func TestFailedBuildShowsItsOutputAndCreatesNothing(t *testing.T) {
 		t.Fatalf("exit code = %d, want %d", code, exitPodman)
 	}
 	out := stderr()
-	if c := created(eng.calls); len(c) > 0 {
+	if c := createCalls(eng.calls); len(c) > 0 {
 		t.Errorf("created %v although the build failed", c)
 	}
 	for _, w := range []string{

@@ -275,12 +275,15 @@ func (s *session) createNetworks(ctx context.Context) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	name := s.names.session
-	n, err := s.eng.NetworkCreate(ctx, &types.Network{Name: name, Driver: "bridge", Internal: !mutated("internal-network"),
-		Labels: s.labels, Options: map[string]string{"mtu": sessionMTU}}, false)
+	var n types.Network
+	err := created(ctx, &s.undo, "network "+name, func() (err error) {
+		n, err = s.eng.NetworkCreate(ctx, &types.Network{Name: name, Driver: "bridge", Internal: !mutated("internal-network"),
+			Labels: s.labels, Options: map[string]string{"mtu": sessionMTU}}, false)
+		return err
+	}, func(ctx context.Context) error { return s.eng.NetworkRemove(ctx, name) })
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	s.undo.push("network "+name, func(ctx context.Context) error { return s.eng.NetworkRemove(ctx, name) })
 	ip, err := routerAddress(n)
 	return ip, refused(err)
 }
@@ -296,6 +299,29 @@ func (s *session) writeRouterFiles(routerIP netip.Addr) error {
 	return refused(files.apply(s.cfg.entries))
 }
 
+// created makes one object with create and pushes remove onto undo if the
+// object may exist: when create succeeded, and also when a signal cancelled
+// it in flight, since podman may have finished it all the same. Nothing is
+// asked of podman once the signal has come.
+func created(ctx context.Context, undo *cleanupStack, what string, create func() error, remove func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := create()
+	if err == nil || ctx.Err() != nil {
+		undo.push(what, func(ctx context.Context) error { return ignoreGone(remove(ctx)) })
+	}
+	return err
+}
+
+// ignoreGone drops the error of a removal that found nothing to remove.
+func ignoreGone(err error) error {
+	if err != nil && (strings.Contains(err.Error(), "no such") || strings.Contains(err.Error(), "not found")) {
+		return nil
+	}
+	return err
+}
+
 // startRouterAndPod starts the router and the pod side by side, as they
 // do not depend on each other; the first failure cancels the other.
 func (s *session) startRouterAndPod(ctx context.Context, routerIP netip.Addr) error {
@@ -309,10 +335,10 @@ func (s *session) startRouterAndPod(ctx context.Context, routerIP netip.Addr) er
 
 func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
 	spec := routerSpec(s.set.routerImage, s.names, s.labels, routerIP, s.cfg)
-	if err := s.eng.ContainerCreate(ctx, spec); err != nil {
+	if err := created(ctx, undo, "container "+spec.Name, func() error { return s.eng.ContainerCreate(ctx, spec) },
+		func(ctx context.Context) error { return s.eng.ContainerRemove(ctx, spec.Name) }); err != nil {
 		return err
 	}
-	undo.push("container "+spec.Name, func(ctx context.Context) error { return s.eng.ContainerRemove(ctx, spec.Name) })
 	return s.startReady(ctx, spec.Name, "routerd: ready")
 }
 
@@ -323,10 +349,10 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 	if err != nil {
 		return err
 	}
-	if err := s.eng.PodCreate(ctx, p); err != nil {
+	if err := created(ctx, undo, "pod "+p.Name, func() error { return s.eng.PodCreate(ctx, p) },
+		func(ctx context.Context) error { return s.eng.PodRemove(ctx, p.Name) }); err != nil {
 		return err
 	}
-	undo.push("pod "+p.Name, func(ctx context.Context) error { return s.eng.PodRemove(ctx, p.Name) })
 	// The agent is created (not started) while the forwarder starts, so
 	// that only its start is left once both helpers are ready.
 	g, gctx := errgroup.WithContext(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,11 +204,24 @@ func TestSessionFailureAtEachStepTearsDown(t *testing.T) {
 // removed; nothing is created once it came.
 func TestSessionSignalAtEachStep(t *testing.T) {
 	for _, step := range happyCalls {
-		t.Run(step, func(t *testing.T) {
+		for _, fails := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/call fails=%v", step, fails), func(t *testing.T) {
+				signalAtStep(t, step, fails)
+			})
+		}
+	}
+}
+
+// signalAtStep signals during step, which then succeeds or fails with the
+// cancellation although podman did its work: either way what it made must
+// go.
+func signalAtStep(t *testing.T, step string, fails bool) {
+	{
+		{
 			eng := newFakeEngine()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			eng.cancelOn, eng.cancel = step, cancel
+			eng.cancelOn, eng.cancel, eng.cancelFails = step, cancel, fails
 			code, stderr := runSession(ctx, eng, testConfig(t))
 			if code != exitSignal {
 				t.Fatalf("exit code = %d, want %d; stderr: %s", code, exitSignal, stderr())
@@ -216,7 +230,7 @@ func TestSessionSignalAtEachStep(t *testing.T) {
 				t.Fatalf("agent ran although the signal came at %q", step)
 			}
 			checkTeardown(t, eng.calls, "")
-		})
+		}
 	}
 }
 
