@@ -65,8 +65,13 @@ const credAllowlist = "allowed.test\n" + credHost + "\n"
 // credEnv is the launcher environment of a credential row: the API host
 // and the CA its certificate is verified with, plus extra.
 func credEnv(extra map[string]string) map[string]string {
+	return credEnvFor("anthropic", credHost, extra)
+}
+
+// credEnvFor is credEnv for the provider's API at host.
+func credEnvFor(provider, host string, extra map[string]string) map[string]string {
 	env := map[string]string{
-		"AGENT_SANDBOX_API_HOSTS":   "anthropic=" + credHost,
+		"AGENT_SANDBOX_API_HOSTS":   provider + "=" + host,
 		"AGENT_SANDBOX_UPSTREAM_CA": filepath.Join(harness.fakeDir, "ca.pem"),
 	}
 	for k, v := range extra {
@@ -144,7 +149,19 @@ def stream(url):
             last = time.time() - t0
     print("status=%d type=%s first_delta=%.2f message_stop=%.2f" % (r.status, r.getheader("content-type"), first or -1, last or -1))
 
-{"look": look, "post": post, "stream": stream}[sys.argv[1]](*sys.argv[2:])
+def send(url, body, *headers):
+    u = urllib.parse.urlsplit(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    h = {"content-type": "application/json"}
+    for kv in headers:
+        k, v = kv.split(":", 1)
+        h[k.strip()] = v.strip()
+    c.request("POST", u.path + ("?" + u.query if u.query else ""), body, h)
+    r = c.getresponse()
+    print("status=%d" % r.status)
+    print(r.read().decode(errors="replace"))
+
+{"look": look, "post": post, "send": send, "stream": stream}[sys.argv[1]](*sys.argv[2:])
 `
 
 // credDir is a launch dir holding the test CA and cred.py.
@@ -163,23 +180,31 @@ func halves(n string) string {
 }
 
 // apiLines are the fake's "api request" lines for the API host since m.
-func apiLines(m logMark) []string {
+func apiLines(m logMark, host string) []string {
 	var out []string
 	for _, l := range strings.Split(m.since(), "\n") {
-		if strings.Contains(l, " api request ") && strings.Contains(l, `host="`+credHost+`"`) {
+		if strings.Contains(l, " api request ") && strings.Contains(l, `host="`+host+`"`) {
 			out = append(out, l)
 		}
 	}
 	return out
 }
 
-// wantOnlyHeader asserts every API request since m arrived with want and
-// none with the placeholders; it returns how many did.
+// wantOnlyHeader asserts every request to the Anthropic API host since m
+// arrived with want and none with the placeholders; it returns how many
+// did.
 func wantOnlyHeader(t *testing.T, m logMark, want ...string) int {
 	t.Helper()
-	got := apiLines(m)
+	return wantOnlyHeaderAt(t, m, credHost, []string{placeholderKey, placeholderToken}, want...)
+}
+
+// wantOnlyHeaderAt is wantOnlyHeader for the API at host, whose
+// placeholders are given.
+func wantOnlyHeaderAt(t *testing.T, m logMark, host string, placeholders []string, want ...string) int {
+	t.Helper()
+	got := apiLines(m, host)
 	if len(got) == 0 {
-		t.Errorf("no request reached the fake's API host %s: the path is broken or the harness is blind", credHost)
+		t.Errorf("no request reached the fake's API host %s: the path is broken or the harness is blind", host)
 	}
 	for _, l := range got {
 		for _, w := range want {
@@ -187,8 +212,10 @@ func wantOnlyHeader(t *testing.T, m logMark, want ...string) int {
 				t.Errorf("an API request arrived without %s:\n%s", w, l)
 			}
 		}
-		if strings.Contains(l, placeholderKey) || strings.Contains(l, placeholderToken) {
-			t.Errorf("LEAK: the agent's placeholder reached the API host:\n%s", l)
+		for _, p := range placeholders {
+			if strings.Contains(l, p) {
+				t.Errorf("LEAK: the agent's placeholder reached the API host:\n%s", l)
+			}
 		}
 	}
 	return len(got)
@@ -252,21 +279,25 @@ timeout 120 claude -p 'Say hello.'`},
 	}
 }
 
-func rowKeyOutOfReach(t *testing.T, ev *evidence) {
-	key := "sk-ant-api03-" + newNonce(t)
-	look := "python3 -S ./cred.py look " + halves(key)
-	script := `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "authorization: Bearer $ANTHROPIC_AUTH_TOKEN" | head -1
-` + look + `
-touch ./ready
-i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
-	mark := markFakeLog()
-	l := startLauncher(t, relOpts{
-		Dir: credDir(t),
-		Env: credEnv(map[string]string{"ANTHROPIC_API_KEY": key, "AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, credAllowlist)}),
-		Cmd: []string{"sh", "-c", script}, Timeout: 4 * time.Minute,
-	})
-	var helperLogs, specs string
-	if l.waitFile("ready", 3*time.Minute) {
+// heldSession is a session whose agent ran probes, then waited while the
+// router's and forwarder's logs and the containers' specs were read.
+type heldSession struct {
+	res               map[string]probeResult
+	stdout, stderr    string // the launcher's
+	helperLogs, specs string
+}
+
+// holdSession runs probes in a session that stays up after them until the
+// router's and forwarder's logs and podman inspect of its three containers
+// have been read; o.Timeout must leave a minute for the end.
+func holdSession(t *testing.T, o relOpts, probes ...probe) heldSession {
+	t.Helper()
+	hold := probe{"hold", `touch ./ready
+i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`}
+	o.Cmd = []string{"sh", "-c", probeScript(append(probes, hold)...)}
+	l := startLauncher(t, o)
+	var h heldSession
+	if l.waitFile("ready", o.Timeout-time.Minute) {
 		name := l.sessionName()
 		for _, c := range []string{name + "-router", name + "-forwarder"} {
 			// Both streams: nginx and dnsmasq log to stderr.
@@ -274,39 +305,72 @@ i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
 			if err != nil {
 				t.Errorf("cannot read the %s log: %v", c, err)
 			}
-			helperLogs += string(out)
+			h.helperLogs += string(out)
 		}
-		specs, _ = podman("inspect", name+"-router", name+"-forwarder", name+"-claude")
+		h.specs, _ = podman("inspect", name+"-router", name+"-forwarder", name+"-claude")
 	} else {
-		t.Error("the agent never got to its probes")
+		t.Error("the agent never got to the end of its probes")
 	}
 	if err := os.WriteFile(filepath.Join(l.Dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	l.wait()
 	l.wantCode(0)
-	out := l.Stdout()
-	if !strings.Contains(out, "status=200") {
-		t.Errorf("the request through the proxy failed:\n%s", indent(out))
+	h.stdout, h.stderr = l.Stdout(), l.Stderr()
+	h.res = parseProbes(h.stdout)
+	for _, p := range probes {
+		if _, ok := h.res[p.Name]; !ok {
+			t.Errorf("probe %q did not report", p.Name)
+		}
 	}
-	wantOnlyHeader(t, mark, `x-api-key="`+key+`"`)
+	return h
+}
+
+// wantKeyOutOfReach asserts that the probe look (cred.py look) found key
+// nowhere the agent can look, and that the key is in none of the router's
+// or forwarder's logs, the containers' specs or the launcher's output. The
+// logs must show a request proxied to host and the forwarder relaying
+// port, or the look at them proves nothing. It returns how many files the
+// look read.
+func (h heldSession) wantKeyOutOfReach(t *testing.T, look, key, host string, port int) string {
+	t.Helper()
+	out := h.res[look].Out
 	for _, want := range []string{"env=0", "proc=0", "files=none"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("LEAK: the agent found the key (want %s):\n%s", want, indent(out))
 		}
 	}
-	scanned := regexp.MustCompile(`scanned=(\d+)`).FindStringSubmatch(out)
-	if !strings.Contains(helperLogs, "credentials host="+credHost) || !strings.Contains(helperLogs, "forwarder: listening on 127.0.0.1:81") {
-		t.Errorf("the router's or forwarder's log shows no proxied request or relay: the look at them proves nothing:\n%s", indent(helperLogs))
+	if !strings.Contains(h.helperLogs, "credentials host="+host) || !strings.Contains(h.helperLogs, fmt.Sprintf("forwarder: listening on 127.0.0.1:%d", port)) {
+		t.Errorf("the router's or forwarder's log shows no proxied request or relay: the look at them proves nothing:\n%s", indent(h.helperLogs))
 	}
-	for what, s := range map[string]string{"router's or forwarder's log": helperLogs, "container specs (podman inspect)": specs, "launcher's output": out + l.Stderr()} {
+	for what, s := range map[string]string{"router's or forwarder's log": h.helperLogs, "container specs (podman inspect)": h.specs, "launcher's output": h.stdout + h.stderr} {
 		if strings.Contains(s, key) {
 			t.Errorf("LEAK: the key is in the %s", what)
 		}
 	}
-	if len(specs) < 1000 {
-		t.Errorf("podman inspect said little (%d bytes): the look at the specs proves nothing", len(specs))
+	if len(h.specs) < 1000 {
+		t.Errorf("podman inspect said little (%d bytes): the look at the specs proves nothing", len(h.specs))
 	}
+	if m := regexp.MustCompile(`scanned=(\d+)`).FindStringSubmatch(out); m != nil {
+		return m[1]
+	}
+	return "?"
+}
+
+func rowKeyOutOfReach(t *testing.T, ev *evidence) {
+	key := "sk-ant-api03-" + newNonce(t)
+	look := "python3 -S ./cred.py look " + halves(key)
+	mark := markFakeLog()
+	h := holdSession(t, relOpts{
+		Dir:     credDir(t),
+		Env:     credEnv(map[string]string{"ANTHROPIC_API_KEY": key, "AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, credAllowlist)}),
+		Timeout: 4 * time.Minute,
+	},
+		probe{"post", `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "authorization: Bearer $ANTHROPIC_AUTH_TOKEN" | head -1`},
+		probe{"look", look})
+	wantOK(t, h.res, "post", "status=200")
+	wantOnlyHeader(t, mark, `x-api-key="`+key+`"`)
+	files := h.wantKeyOutOfReach(t, "look", key, credHost, 81)
 
 	// Opened path: passed with --env, the same looks find it, and the
 	// launcher says the agent can read it.
@@ -326,10 +390,6 @@ i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
 		t.Errorf("--env of a key gave no warning:\n%s", indent(r.Stderr))
 	}
 	if !t.Failed() {
-		files := "?"
-		if scanned != nil {
-			files = scanned[1]
-		}
 		ev.add("key absent from env, /proc/*/environ and cmdline, %s readable files under / (home volume and launch dir included), the router's and forwarder's logs (which show the proxied request), podman inspect of the three containers and the launcher's output; passed with --env, env, proc and files find it (opened path) and the launcher warns", files)
 	}
 }

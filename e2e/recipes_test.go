@@ -43,10 +43,7 @@ func TestRecipes(t *testing.T) {
 	for _, r := range recipes {
 		row(t, r.name+": the recipe image runs "+strings.Join(r.cmd, " ")+" in the sandbox", func(t *testing.T) {
 			version := pinnedVersion(t, r)
-			image := "localhost/agent-sandbox-" + r.name + ":test"
-			if _, err := podman("image", "exists", image); err != nil {
-				t.Fatalf("%s is missing: build it with make e2e-images (as the test user)", image)
-			}
+			image := recipeImage(t, r.name)
 			res := runSession(t, sessionOpts{
 				Cmd:     r.cmd,
 				Env:     map[string]string{"AGENT_SANDBOX_IMAGE": image},
@@ -58,6 +55,16 @@ func TestRecipes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recipeImage is the recipe's image as make e2e-images built it.
+func recipeImage(t *testing.T, name string) string {
+	t.Helper()
+	image := "localhost/agent-sandbox-" + name + ":test"
+	if _, err := podman("image", "exists", image); err != nil {
+		t.Fatalf("%s is missing: build it with make e2e-images (as the test user)", image)
+	}
+	return image
 }
 
 func recipeDir(name string) string {

@@ -122,8 +122,15 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.logCredentials(r)
-	if isMessagesPath(r.URL.Path) {
+	switch {
+	case isMessagesPath(r.URL.Path):
 		s.messages(w, r)
+		return
+	case isResponsesPath(r.URL.Path):
+		s.responses(w, r)
+		return
+	case isGeminiPath(r.URL.Path):
+		s.gemini(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
