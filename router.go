@@ -33,6 +33,18 @@ const (
 	tlsSocket    = tlsSocketDir + "/tls.sock"
 )
 
+// apiRelayDir holds the unix sockets on which the stream module relays the
+// credential proxy's connections to the API hosts (credentialRelays). It is
+// the router container's own /tmp, beside nginx's pid file: no other
+// container mounts it, so neither the agent nor the forwarder can reach
+// those sockets, which would lead past the credential proxy to an API host.
+const apiRelayDir = "/tmp"
+
+// apiKeepalive is how many idle connections to each API host nginx keeps
+// for the next request (per worker; there is one): an agent's parallel
+// requests (subagents) each hold one while they stream.
+const apiKeepalive = 16
+
 // routerPlan is where every allowlisted host is answered and relayed.
 type routerPlan struct {
 	entries []entry
@@ -205,6 +217,7 @@ func (p routerPlan) nginxConf(routerIP string) string {
 	p.sniMap(&b)
 	tlsServer(&b)
 	p.portServers(&b, routerIP)
+	p.credentialRelays(&b)
 	b.WriteString("}\n")
 	p.credentialProxy(&b, routerIP)
 	return b.String()
@@ -326,6 +339,60 @@ func credentialListen(routerIP string, r credRoute) string {
 	return fmt.Sprintf("%s:%d", routerIP, r.kind.provider.port)
 }
 
+// apiUpstream is the name of route r's upstream group in the http block,
+// and apiRelaySocket the unix socket of its stream relay: one of each per
+// provider, as the proxy's listen port is.
+func apiUpstream(r credRoute) string { return "api_" + r.kind.provider.id }
+
+func apiRelaySocket(r credRoute) string {
+	return apiRelayDir + "/api-" + r.kind.provider.id + ".sock"
+}
+
+// credentialRelays writes, into the stream block, the relay that carries
+// the credential proxy's TLS connections to each injected host; nothing
+// when there is none.
+//
+// The proxy (http below) keeps its connections to an API host open for
+// the next request, which takes an upstream group (ngx_http_upstream_module
+// keepalive): with proxy_pass to a variable nginx keeps none and every
+// request paid a TCP and TLS handshake to the API host. But the server of
+// a group is resolved once, when nginx loads its config, through the
+// container's resolver: that would bypass routerd's filtering resolver
+// (the router's nginx 1.26 has no `resolve` for upstream servers). So the
+// group's one server is this relay's unix socket, and the relay passes the
+// bytes on to the host through a variable, which the stream module
+// resolves at connect time through routerd (the stream block's resolver),
+// as it does every other upstream. TLS stays the http proxy's, end to
+// end: it sends the host's name as SNI and verifies its certificate
+// through this hop, which sees only ciphertext.
+func (p routerPlan) credentialRelays(b *strings.Builder) {
+	if len(p.injections) == 0 {
+		return
+	}
+	// Its own log format, with neither port= nor sni=: blocked.go reads
+	// `port=443 sni="..." upstream="-"` as a connection the allowlist
+	// closed, and credentialSummary counts `credentials host=` lines as
+	// the proxy's requests; a relay line is neither, but it shows which
+	// address routerd let the host resolve to (the http log shows only
+	// this socket), one line per upstream connection.
+	b.WriteString(`
+    # The credential proxy's connections to the API hosts (http below),
+    # which it keeps open for further requests: it connects to a socket
+    # here, and the host is resolved at connect time through routerd.
+    log_format api_relay 'api-relay to=$api_upstream upstream="$upstream_addr" status=$status sent=$bytes_sent received=$bytes_received time=$session_time';
+`)
+	for _, r := range p.injections {
+		fmt.Fprintf(b, `
+    server {
+        listen unix:%s;
+        access_log /dev/stderr api_relay;
+        set $api_upstream %s:443;
+        proxy_pass $api_upstream;
+    }
+`, apiRelaySocket(r), r.host)
+	}
+}
+
 // credentialProxy writes the http block of the credential proxy, one
 // server for each injected host; nothing when there is none.
 func (p routerPlan) credentialProxy(b *strings.Builder, routerIP string) {
@@ -342,12 +409,10 @@ http {
     log_format credentials 'credentials host=$api_host method=$request_method path="$uri" status=$status sent=$bytes_sent received=$request_length upstream="$upstream_addr" time=$request_time';
     access_log /dev/stderr credentials;
     server_tokens off;
-    # Resolved at request time through routerd, as the stream block does.
-    resolver %s ipv6=off valid=10s;
-    resolver_timeout 5s;
     # Bodies as large as the APIs take, streamed both ways (SSE) rather
     # than buffered.
     client_max_body_size 0;
+    # HTTP/1.1 and no Connection header, as upstream keepalive needs.
     proxy_http_version 1.1;
     proxy_buffering off;
     proxy_request_buffering off;
@@ -359,7 +424,7 @@ http {
     proxy_ssl_verify_depth 4;
     proxy_ssl_protocols TLSv1.2 TLSv1.3;
     proxy_ssl_trusted_certificate %s;
-`, upstreamResolver, p.trustedCA)
+`, p.trustedCA)
 	for _, r := range p.injections {
 		credentialServer(b, routerIP, r)
 	}
@@ -367,21 +432,27 @@ http {
 }
 
 // credentialServer is the proxy of route r: the agent's credential out,
-// the user's in.
+// the user's in. Its upstream group holds the connections to the API host
+// open between requests; its one server is the stream relay to the host
+// (credentialRelays), so the group names no address nginx would resolve
+// when it loads its config.
 func credentialServer(b *strings.Builder, routerIP string, r credRoute) {
 	prov := r.kind.provider
+	fmt.Fprintf(b, "\n    upstream %s {\n        server unix:%s;\n        keepalive %d;\n    }\n", apiUpstream(r), apiRelaySocket(r), apiKeepalive)
 	fmt.Fprintf(b, "\n    server {\n        listen %s;\n        set $api_host %s;\n", credentialListen(routerIP, r), r.host)
 	if len(prov.refuseArgs) > 0 {
 		// The API also takes a key in the query: such a request would
 		// use the agent's key, not the user's.
 		fmt.Fprintf(b, "        if ($args ~* \"(^|&)([^&=]*%%[^&=]*|%s)(=|&|$)\") {\n            return 403;\n        }\n", strings.Join(prov.refuseArgs, "|"))
 	}
-	b.WriteString(`        location / {
-            proxy_pass https://$api_host;
+	// proxy_ssl_name: the host's name, not the group's, is what nginx
+	// sends as SNI and verifies the certificate against.
+	fmt.Fprintf(b, `        location / {
+            proxy_pass https://%s;
             proxy_ssl_name $api_host;
             proxy_set_header Host $api_host;
             proxy_set_header Connection "";
-`)
+`, apiUpstream(r))
 	for _, h := range prov.headers {
 		if !strings.EqualFold(h, r.kind.header) {
 			fmt.Fprintf(b, "            proxy_set_header %s \"\";\n", h)

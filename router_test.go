@@ -225,6 +225,122 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	}
 }
 
+// The proxy reaches each API host through an upstream group that keeps
+// its connections open (issue 14), and the group's one server is a relay
+// on a unix socket in the router alone, which resolves the host at
+// connect time through routerd: no group names a host or an address that
+// nginx would resolve once, through another resolver, when it loads.
+func TestCredentialProxyKeepsUpstreamConnections(t *testing.T) {
+	creds := credentialTestPlan(false)
+	_, nginx, forwards := renderThroughFiles(t, creds, mustParse(t, "api.anthropic.com\napi.openai.com\ngenerativelanguage.googleapis.com\n"))
+	stream, http, ok := strings.Cut(nginx, "\nhttp {\n")
+	if !ok {
+		t.Fatalf("no http block:\n%s", nginx)
+	}
+	for _, r := range creds.routes {
+		sock := apiRelaySocket(r)
+		if !strings.HasPrefix(sock, apiRelayDir+"/") || strings.HasPrefix(sock, tlsSocketDir) || strings.Contains(forwards, sock) {
+			t.Errorf("relay socket %s: not in the router's own %s, or reachable by the forwarder (%s)", sock, apiRelayDir, forwards)
+		}
+		group := fmt.Sprintf("\n    upstream %s {\n        server unix:%s;\n        keepalive %d;\n    }\n", apiUpstream(r), sock, apiKeepalive)
+		relay := fmt.Sprintf("\n    server {\n        listen unix:%s;\n        access_log /dev/stderr api_relay;\n        set $api_upstream %s:443;\n        proxy_pass $api_upstream;\n    }\n", sock, r.host)
+		if !strings.Contains(http, group) {
+			t.Errorf("the http block lacks%s", group)
+		}
+		if !strings.Contains(stream, relay) {
+			t.Errorf("the stream block lacks%s", relay)
+		}
+		// The host's name, not the group's, as SNI, in the certificate
+		// check and as Host.
+		loc := fmt.Sprintf("set $api_host %s;\n", r.host)
+		i := strings.Index(http, loc)
+		if i < 0 {
+			t.Fatalf("no server for %s", r.host)
+		}
+		want := fmt.Sprintf("            proxy_pass https://%s;\n            proxy_ssl_name $api_host;\n            proxy_set_header Host $api_host;\n            proxy_set_header Connection \"\";\n", apiUpstream(r))
+		if !strings.Contains(http[i:], want) {
+			t.Errorf("the location of %s lacks\n%s", r.host, want)
+		}
+	}
+	for _, want := range []string{"    resolver " + upstreamResolver + " ipv6=off valid=10s;\n", "    proxy_http_version 1.1;\n", "    proxy_ssl_verify on;\n", "    proxy_ssl_server_name on;\n"} {
+		block := http
+		if strings.HasPrefix(want, "    resolver") {
+			block = stream
+		}
+		if !strings.Contains(block, want) {
+			t.Errorf("nginx.conf lacks %q where it belongs", want)
+		}
+	}
+	for _, line := range strings.Split(http, "\n") {
+		l := strings.TrimSpace(line)
+		if strings.HasPrefix(l, "proxy_pass ") && strings.Contains(l, "$") {
+			t.Errorf("a proxy_pass to a variable, which keeps no connections: %s", l)
+		}
+		if strings.HasPrefix(l, "server ") && l != "server {" && !strings.HasPrefix(l, "server unix:"+apiRelayDir+"/") {
+			t.Errorf("an upstream server that is not a relay socket: %s", l)
+		}
+		if strings.HasPrefix(l, "resolver ") {
+			t.Errorf("the http block resolves names itself: %s", l)
+		}
+	}
+}
+
+// A relay's log line, a success or a host routerd refused, is neither a
+// connection the allowlist closed (blocked.go) nor a request through the
+// proxy (credentialSummary).
+func TestAPIRelayLogIsNoDenialNorRequest(t *testing.T) {
+	_, nginx, _ := renderThroughFiles(t, credentialTestPlan(false), mustParse(t, "api.anthropic.com\n"))
+	_, rest, ok := strings.Cut(nginx, "log_format api_relay '")
+	if !ok {
+		t.Fatalf("no api_relay log format:\n%s", nginx)
+	}
+	format, _, _ := strings.Cut(rest, "'")
+	for _, upstream := range []string{"160.79.104.10:443", "-"} {
+		line := strings.NewReplacer("$api_upstream", "api.anthropic.com:443", "$upstream_addr", upstream, "$status", "502",
+			"$bytes_sent", "0", "$bytes_received", "0", "$session_time", "0.001").Replace(format)
+		if strings.Contains(line, "$") {
+			t.Fatalf("a variable the test does not fill in: %s", line)
+		}
+		if d, ok := parseDenial(line); ok {
+			t.Errorf("%s reads as a denial of %q", line, d.host)
+		}
+		if proxyRequest.MatchString(line) {
+			t.Errorf("%s reads as a request through the proxy", line)
+		}
+		creds := []credential{{host: "api.anthropic.com", source: "ANTHROPIC_API_KEY"}}
+		if got := credentialSummary(line+"\n", creds, mustParse(t, "api.anthropic.com\n")); !strings.Contains(got, " 0 requests") || strings.Contains(got, "closed") {
+			t.Errorf("credentialSummary counts the relay's line: %s", got)
+		}
+	}
+}
+
+// Allowing an API host only adds lines to nginx.conf, and denying it drops
+// some (its relay, group and server), so that routerd ends the old
+// workers and the connections they keep to it.
+func TestCredentialProxyLinesFollowTheAllowlist(t *testing.T) {
+	files := newTestRouterFiles(t, credentialTestPlan(false))
+	var prev map[string]bool
+	for _, list := range []string{"github.com\n", "github.com\napi.openai.com\n", "github.com\napi.openai.com\napi.anthropic.com\n"} {
+		files.applyList(t, list)
+		_, nginx, _ := files.read(t)
+		have := nginxLines(nginx)
+		for l := range prev {
+			if !have[l] {
+				t.Errorf("allowing hosts to get\n%sdropped the line %q", list, l)
+			}
+		}
+		prev = have
+	}
+	files.applyList(t, "github.com\napi.anthropic.com\n")
+	_, nginx, _ := files.read(t)
+	have := nginxLines(nginx)
+	for _, l := range []string{"listen unix:" + apiRelayDir + "/api-openai.sock;", "upstream api_openai {", "set $api_upstream api.openai.com:443;"} {
+		if !prev[l] || have[l] {
+			t.Errorf("denying api.openai.com: %q was there %v, is there %v", l, prev[l], have[l])
+		}
+	}
+}
+
 // Each server removes every credential header of its API but the one its
 // include file sets, which replaces the agent's.
 func TestCredentialProxyHeaders(t *testing.T) {
