@@ -85,10 +85,12 @@ func wantArrived(t *testing.T, nonce, what string) {
 	}
 }
 
-// wantNeverArrived asserts the fake has no trace of the nonce (the blocked half).
+// wantNeverArrived asserts the fake has no trace of the nonce (the blocked
+// half), once a marker to each of its listeners is in its log
+// (marker_test.go): a missing marker fails the row as well.
 func wantNeverArrived(t *testing.T, nonce, what string) {
 	t.Helper()
-	time.Sleep(200 * time.Millisecond)
+	settleFakeLog(t, what)
 	if got := fakeLogLines(nonce); len(got) > 0 {
 		t.Errorf("LEAK: %s: the fake upstream saw nonce %s:\n%s", what, nonce, strings.Join(got, "\n"))
 	}

@@ -1075,8 +1075,10 @@ func TestReliabilitySignalPhases(t *testing.T) {
 		vol := createVolume(t)
 		base := takeInventory(t)
 		// An agent that ignores SIGTERM holds teardown in the stop's grace
-		// period (3 s), so the second signal lands inside teardown.
-		l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd("trap '' TERM; touch started; while :; do sleep 1; done")})
+		// period (3 s), so the second signal lands inside teardown. The
+		// agent says when the stop's SIGTERM came (wait returns at once on
+		// a trapped signal): teardown has begun.
+		l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd("trap 'touch got-term' TERM; touch started; while :; do sleep 1 & wait $!; done")})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()
@@ -1084,9 +1086,11 @@ func TestReliabilitySignalPhases(t *testing.T) {
 		}
 		l.signal(syscall.SIGINT)
 		first := l.SignalledAt
-		time.Sleep(time.Second)
+		if !l.waitFile("got-term", 30*time.Second) {
+			t.Fatal("the agent never got the stop's SIGTERM (or the launcher ended first): the second signal cannot land in teardown")
+		}
 		if l.done() {
-			t.Fatal("the launcher ended within a second of the first signal: the second cannot land in teardown")
+			t.Fatal("the launcher ended before the second signal: it cannot land in teardown")
 		}
 		l.signal(syscall.SIGINT)
 		l.wait()

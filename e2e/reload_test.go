@@ -171,6 +171,21 @@ func (s *liveSession) edit(t *testing.T, content string) {
 	}
 }
 
+// forwarderReloads counts the forwarder's "reloaded" lines: it logs one
+// each time it applies a change of its listeners.
+func (s *liveSession) forwarderReloads(t *testing.T) int {
+	t.Helper()
+	name := runningHelper("forwarder")
+	if name == "" {
+		return -1
+	}
+	out, err := exec.Command("podman", "logs", name).CombinedOutput()
+	if err != nil {
+		return -1
+	}
+	return strings.Count(string(out), "forwarder: reloaded ")
+}
+
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -290,9 +305,14 @@ until_fails removed-name 10000 'https added.allowed.test $N-removed-name'
 # removed entries, and nginx's old workers end with every connection they
 # hold.
 until_fails held-after-remove 5000 'echoed "$N-held-after-remove"'
-# Every part has polled by now; a program that cached the address gets
-# nowhere either.
-sleep 1
+# Once the forwarder has applied the removal too (the test saw it say so
+# and touched polled-3), a program that cached the address gets nowhere
+# either.
+i=0
+while [ ! -e polled-3 ]; do
+	sleep 0.05; i=$((i + 1))
+	if [ "$i" -gt 1200 ]; then echo "no polled-3 from the test" >&2; exit 3; fi
+done
 once removed-https-addr 'curl -sS --max-time 3 --cacert ./ca.pem --resolve added.allowed.test:443:$added_addr https://added.allowed.test/$N-removed-https-addr'
 once removed-tcp-addr 'tcp $added_addr 2222 $N-removed-tcp-addr'
 once reconnect 'tcp allowed.test 2222 $N-reconnect'
@@ -342,8 +362,21 @@ func TestLiveReload(t *testing.T) {
 		s.next(t, 2)
 
 		s.phase(t, 2)
+		reloads := s.forwarderReloads(t)
 		s.edit(t, liveBefore)
 		s.next(t, 3)
+		// The removal's last part to arrive is the forwarder's (routerd's
+		// cut is what held-after-remove waits for): the old address is
+		// probed once it said it reloaded.
+		switch {
+		case reloads < 0:
+			t.Errorf("cannot read the forwarder's log before the removal")
+		case !s.waitFor(30*time.Second, func() bool { return s.forwarderReloads(t) > reloads }):
+			t.Errorf("the forwarder never said it reloaded after the removal")
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "polled-3"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 
 		s.phase(t, 3)
 		wantCode(t, sessionResult{Code: s.wait(t), Stderr: s.stderr.String()}, 0)

@@ -103,7 +103,13 @@ func TestAllowlist(t *testing.T) {
 		nonce := newNonce(t)
 		res, _ := probeSession(t, sessionOpts{},
 			// Kept open until the echo is back: the plain two-way path.
-			probe{"tcp-open", fmt.Sprintf("(printf '%%s\\n' %s-open; sleep 2) | nc -w 3 allowed.test 2222", nonce)},
+			probe{"tcp-open", fmt.Sprintf(`d=$(mktemp -d); mkfifo $d/in
+nc -w 10 allowed.test 2222 <$d/in >$d/out 2>&1 &
+exec 3>$d/in
+printf '%%s\n' %[1]s-open >&3
+i=0; while ! grep -q %[1]s-open $d/out && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+exec 3>&-; kill $! 2>/dev/null; wait
+cat $d/out; grep -q %[1]s-open $d/out; rc=$?; rm -rf $d; exit $rc`, nonce)},
 			// nc -N half-closes after sending, as many clients do; the reply
 			// must still come back.
 			probe{"tcp-half-close", ncSend("allowed.test", "2222", nonce+"-half")},

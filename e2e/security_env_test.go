@@ -67,6 +67,7 @@ type secEnv struct {
 	gw        *exec.Cmd
 	gwStdin   io.WriteCloser
 	logs      map[string]string // name -> file
+	markers   markerLines       // what settle sent, not the probes
 	networks  []string
 	started   []string
 	setupTime time.Duration
@@ -478,7 +479,7 @@ func (e *secEnv) mark() marks {
 }
 
 // listenerLinesSince is what the canaries' listeners (not the sniffer)
-// logged after m, ready lines aside.
+// logged after m, ready lines and the markers' lines aside.
 func (e *secEnv) listenerLinesSince(m marks, names ...string) []string {
 	var out []string
 	for _, name := range names {
@@ -489,7 +490,7 @@ func (e *secEnv) listenerLinesSince(m marks, names ...string) []string {
 			s = ""
 		}
 		for _, line := range strings.Split(s, "\n") {
-			if line == "" || strings.Contains(line, " sniff ") || strings.Contains(line, " ready dns=") {
+			if line == "" || strings.Contains(line, " sniff ") || strings.Contains(line, " ready dns=") || e.markers.caused(line) {
 				continue
 			}
 			out = append(out, name+": "+line)

@@ -298,8 +298,9 @@ def cmd_hello(host, port, *args):
     print("hello of %d bytes: %s" % (len(hello), "alert" if data[:1] == b"\x15" else "closed without a reply"))
     return 1
 
-def cmd_https(host, port, sni, first_line, host_header):
-    """TLS without verification (routing is the point), then one request."""
+def https_exchange(host, port, sni, first_line, host_header):
+    """TLS without verification (routing is the point), then one request:
+    the reply, or None and why not."""
     import ssl
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -316,11 +317,50 @@ def cmd_https(host, port, sni, first_line, host_header):
             data += b
         s.close()
     except OSError as e:
-        print("tls to %s:%s sni=%r: %s" % (host, port, sni, err_name(e)))
+        return None, err_name(e)
+    return data.decode("latin-1"), None
+
+def cmd_https(host, port, sni, first_line, host_header):
+    text, err = https_exchange(host, port, sni, first_line, host_header)
+    if text is None:
+        print("tls to %s:%s sni=%r: %s" % (host, port, sni, err))
         return 1
-    text = data.decode("latin-1")
     print(text)
     return 0 if "hello from" in text else 1
+
+def cmd_mark(*specs):
+    """The markers that close a batch of probes (marker_test.go). Each spec
+    is kind|host|port|nonce: udp or tcp send the nonce as a line, http a
+    GET and proxy a CONNECT naming it, dns-udp and dns-tcp ask for
+    NONCE.marker.test, https is TLS with that SNI and a GET of /NONCE. All
+    go at once; each waits for its reply, which every listener of the
+    fakes sends after it has logged. The test reads the logs, not this."""
+    import threading
+    results = {}
+    def one(spec):
+        kind, host, port, nonce = spec.split("|")
+        port = int(port)
+        name = nonce + ".marker.test"
+        if kind in ("dns-udp", "dns-tcp"):
+            r, err = ask(host, name, 1, kind == "dns-tcp", timeout=5, port=port)
+            results[spec] = "rcode %d" % r[0] if r else err
+        elif kind == "https":
+            text, err = https_exchange(host, port, name, "GET /" + nonce + " HTTP/1.1", name)
+            results[spec] = "reply %d bytes" % len(text) if text is not None else err
+        else:
+            payload = {
+                "http": "GET /%s HTTP/1.0\r\nHost: %s\r\n\r\n" % (nonce, name),
+                "proxy": "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (name, name),
+            }.get(kind, nonce + "\n")
+            results[spec] = send("udp" if kind == "udp" else "tcp", host, port, payload.encode(), timeout=5)[0]
+    threads = [threading.Thread(target=one, args=(s,)) for s in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for spec in specs:
+        print("mark %s: %s" % (spec, results.get(spec)))
+    return 0
 
 def now_ms():
     import time

@@ -630,12 +630,13 @@ func (s *secSuite) quiet(t *testing.T, ev *evidence, names ...string) {
 	ev.add("%s logged nothing during the main session", strings.Join(names, ", "))
 }
 
-// duringMain is what a log gained during the main session.
+// duringMain is what a log gained during the main session, up to the
+// markers that closed it, without their lines.
 func (s *secSuite) duringMain(name string) string {
 	txt := s.env.logText(name)
 	from, to := s.mainMark[name], min(s.mainEnd[name], len(txt))
 	if from < to {
-		return txt[from:to]
+		return s.env.markers.without(txt[from:to])
 	}
 	return ""
 }

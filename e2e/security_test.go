@@ -50,6 +50,9 @@ func TestSecurity(t *testing.T) {
 			if len(s.preflightErrs) > 0 {
 				t.Fatalf("PREFLIGHT FAILED: the sandbox lacks what the probes need, so no row proves anything:\n%s", indent(strings.Join(s.preflightErrs, "\n")))
 			}
+			if len(s.settleErrs) > 0 {
+				t.Fatalf("MARKERS MISSING %s (see above): the logs were never shown complete, so no absence in them proves anything", strings.Join(s.settleErrs, ", "))
+			}
 			r.fn(s, t, ev)
 		})
 	}
@@ -94,6 +97,7 @@ type secSuite struct {
 	nestedNonces                  map[string]map[string]string // mode -> probe -> nonce
 	took                          []string                     // the shared sessions' times
 	preflightErrs                 []string                     // what the sessions' preflights found missing
+	settleErrs                    []string                     // the points whose markers did not all arrive
 	routerLogs                    map[string]string            // shared session -> its router's log
 	refusals                      []refusal                    // routerd refusals rows 7 and 8 expect
 }
@@ -172,7 +176,9 @@ func (s *secSuite) runMain(t *testing.T) {
 		preflight("preflight", pfSessionCmds, append(pfSessionFeatures, "./edited.sh (row 9)|test -r ./edited.sh")...))
 	// Nothing in the main session opens a path to a canary: every line a
 	// canary's listener logged meanwhile is a leak, whatever it carried.
-	time.Sleep(300 * time.Millisecond)
+	// The window closes once the markers are in: what reached a listener
+	// before them is in its log by then.
+	s.settle(t, "after the main session")
 	s.mainEnd = s.env.mark()
 	s.quietLines = s.env.listenerLinesSince(s.mainMark, s.env.canaryNames()...)
 }
@@ -208,6 +214,17 @@ func (s *secSuite) runNested(t *testing.T) {
 	// its preflight; the modes that must start must pass it.
 	for _, m := range []string{"default", "host"} {
 		s.checkPreflight(t, "nested "+m, m+": preflight", s.nested.res)
+	}
+	// Row 11 reads the nested containers' nonces as absent right away.
+	s.settle(t, "after the nested session")
+}
+
+// settle waits for the markers after a batch of probes (secEnv.settle);
+// if one is missing, every row fails.
+func (s *secSuite) settle(t *testing.T, what string) {
+	t.Helper()
+	if !s.env.settle(t, what) {
+		s.settleErrs = append(s.settleErrs, what)
 	}
 }
 
@@ -783,7 +800,9 @@ func (s *secSuite) runControl(t *testing.T) {
 			c.Close()
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The rows read the control's arrivals, and the earlier sessions'
+	// absences, as final.
+	s.settle(t, "after the control container")
 	t.Logf("control container:\n%s", indent(out))
 }
 

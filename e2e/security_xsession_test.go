@@ -164,10 +164,12 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 		t.Errorf("PREFLIGHT FAILED in session B: %s", pf)
 	}
 
-	// A's router's log, while A still runs; then A ends.
+	// A's router's log, while A still runs, once the markers are in every
+	// log B's nonces are about to be looked for in; then A ends.
 	if a.done() {
 		t.Errorf("session A ended before session B's probes were done: they proved nothing about a running session")
 	}
+	s.xsSettle(t, a, x)
 	aRouterLog, rerr := exec.Command("podman", "logs", x.session+"-router").CombinedOutput()
 	if rerr != nil {
 		t.Errorf("session A's router log: %v\n%s", rerr, aRouterLog)
@@ -184,7 +186,8 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	}
 
 	// A's agent, router and launcher join the logs every nonce of B's
-	// must be absent from.
+	// must be absent from. The launcher's output needs no marker: it has
+	// exited, so its output is whole.
 	s.env.addLog("session A's agent", a.fileIn("a-listen.log"))
 	s.env.addLog("session A's router", string(aRouterLog))
 	s.env.addLog("session A's launcher", a.Stdout()+"\n"+a.Stderr())
@@ -195,6 +198,47 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	}
 	s.xsCheckRoutes(t, ev, b, x)
 	s.xsCheckControl(t, ev, ctl, ctlAddr, ctlNonces, x)
+}
+
+// xsSettle closes session B's probes with markers (marker_test.go) while
+// A runs: from a container on A's own session network, where B's traffic
+// would have come in, to each of A's agent's listeners, to A's router's
+// DNS (which its log shows) and through A's port entry to the security
+// fake; the sniffer must log the sends to A's pod (a router's own pair it
+// leaves out). Then the markers for every other log, as after the shared
+// sessions.
+func (s *secSuite) xsSettle(t *testing.T, a *launcher, x xsAddrs) {
+	t.Helper()
+	const agent, router = "session A's agent", "session A's router"
+	var marks, sniffed []mark
+	for _, l := range []struct {
+		kind  string
+		ports []string
+	}{{"tcp", xsListenTCP}, {"udp", xsListenUDP}} {
+		for _, p := range l.ports {
+			m := mark{log: agent, kind: l.kind, host: x.pod, port: p, nonce: newNonce(t)}
+			marks = append(marks, m)
+			sniffed = append(sniffed, mark{log: "gateway", kind: "sniff", nonce: m.nonce})
+		}
+	}
+	marks = append(marks,
+		mark{log: router, kind: "dns-udp", host: x.router, port: "53", nonce: newNonce(t)},
+		mark{log: router, kind: "dns-tcp", host: x.router, port: "53", nonce: newNonce(t)},
+		mark{log: "secfake", kind: "tcp", host: x.router, port: "10001", nonce: newNonce(t)})
+	sent := sendMarks(t, marks, "", x.session)
+	text := func(log string) string {
+		switch log {
+		case agent:
+			return a.fileIn("a-listen.log")
+		case router:
+			// podman logs keeps the order the router wrote in.
+			out, _ := exec.Command("podman", "logs", x.session+"-router").CombinedOutput()
+			return string(out)
+		}
+		return s.env.logText(log)
+	}
+	waitMarks(t, "after session B, on A's network", append(marks, sniffed...), text, sent)
+	s.env.settle(t, "after session B")
 }
 
 // xsInspect finds A's router and pod addresses with podman inspect and

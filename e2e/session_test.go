@@ -465,10 +465,15 @@ func assertNoLeftovers(t *testing.T) {
 	t.Errorf("the session left behind:\n%s", ours)
 	// Say whether it was a race with teardown or a real leak, then clean up so
 	// one leak does not fail every later row.
-	time.Sleep(3 * time.Second)
-	if later, _, err := currentLeftovers(); err == nil {
+	start := time.Now()
+	later, _, err := currentLeftovers()
+	for err == nil && !later.empty() && time.Since(start) < 3*time.Second {
+		time.Sleep(200 * time.Millisecond)
+		later, _, err = currentLeftovers()
+	}
+	if err == nil {
 		if later.empty() {
-			t.Logf("all of it was gone 3s later: teardown finished after the launcher exited")
+			t.Logf("all of it was gone %v later: teardown finished after the launcher exited", time.Since(start).Round(100*time.Millisecond))
 			return
 		}
 		t.Logf("still there 3s later:\n%s", later)

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,7 +42,9 @@ func TestLogFollowsDenials(t *testing.T) {
 func testLogFollowsDenials(t *testing.T) {
 	var stdout, stderr logBuffer
 	follow := exec.Command(harness.bin, "log")
-	follow.Env = sessionEnv(nil)
+	// Its trace says when its API service is up: it starts following right
+	// after, and prints only what is logged from then on.
+	follow.Env = sessionEnv(map[string]string{"AGENT_SANDBOX_TRACE": "1"})
 	follow.Dir = mkdir(t, "log-")
 	follow.Stdout, follow.Stderr = &stdout, &stderr
 	if err := follow.Start(); err != nil {
@@ -69,26 +73,41 @@ func testLogFollowsDenials(t *testing.T) {
 		assertNoLeftovers(t)
 	}
 	defer stop()
-	time.Sleep(2 * time.Second) // let it start its API service and list sessions
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(stderr.String(), " podman service start\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent-sandbox log never said its API service was up; stderr:\n%s", indent(stderr.String()))
+		}
+	}
 
 	nonce := newNonce(t)
 	name := nonce + ".denied.test"
 	dir := launchDir(t)
+	want := dir + ": blocked lookup of " + name
+	// The router must still run when the follower gets to it: the agent
+	// stays until the test has seen the line (touches seen), or 60s.
+	seen := make(chan bool, 1)
+	go func() {
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(stdout.String(), want) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		ok := strings.Contains(stdout.String(), want)
+		if ok {
+			_ = os.WriteFile(filepath.Join(dir, "seen"), nil, 0o644)
+		}
+		seen <- ok
+	}()
 	r := runSession(t, sessionOpts{
 		Dir:       dir,
 		Allowlist: "allowed.test\n",
-		Cmd:       []string{"sh", "-c", "getent hosts " + name + "; sleep 2; exit 0"},
+		Cmd: []string{"sh", "-c", "getent hosts " + name +
+			"; i=0; while [ ! -e seen ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; exit 0"},
 	})
 	wantCode(t, r, 0)
 	if want := "agent-sandbox allow " + name; !strings.Contains(r.Stderr, want) {
 		t.Errorf("the session's blocked summary lacks %q:\n%s", want, indent(r.Stderr))
 	}
-	want := dir + ": blocked lookup of " + name
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stdout.String(), want) && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !strings.Contains(stdout.String(), want) {
+	if !<-seen {
 		t.Errorf("agent-sandbox log printed no %q; stdout:\n%s\nstderr:\n%s", want, indent(stdout.String()), indent(stderr.String()))
 	}
 	// The denial was answered by the router alone.
