@@ -175,15 +175,25 @@ func (s *liveSession) edit(t *testing.T, content string) {
 // each time it applies a change of its listeners.
 func (s *liveSession) forwarderReloads(t *testing.T) int {
 	t.Helper()
-	name := runningHelper("forwarder")
-	if name == "" {
+	out := helperLog("forwarder")
+	if out == "" {
 		return -1
+	}
+	return strings.Count(out, "forwarder: reloaded ")
+}
+
+// helperLog is the log of the running session's router or forwarder; ""
+// when there is none.
+func helperLog(role string) string {
+	name := runningHelper(role)
+	if name == "" {
+		return ""
 	}
 	out, err := exec.Command("podman", "logs", name).CombinedOutput()
 	if err != nil {
-		return -1
+		return ""
 	}
-	return strings.Count(string(out), "forwarder: reloaded ")
+	return string(out)
 }
 
 func exists(path string) bool {
@@ -284,9 +294,13 @@ until_ok added-https 10000 'https added.allowed.test $N-added-https'
 until_ok added-tcp 10000 'tcp added.allowed.test 2222 $N-added-tcp'
 added_addr=$(addr added.allowed.test)
 once added-addr 'echo $added_addr'
-# Past routerd's second for nginx's old workers: an edit that only adds
-# keeps them, and the connection.
-sleep 1.5
+# routerd said it keeps nginx's old workers (an edit that only adds), and
+# with them the connection: the test saw that and touched kept-1.
+i=0
+while [ ! -e kept-1 ]; do
+	sleep 0.05; i=$((i + 1))
+	if [ "$i" -gt 1200 ]; then echo "no kept-1 from the test" >&2; exit 3; fi
+done
 held held-after-add "$N-held-after-add"
 once addr-after-add 'addr allowed.test'
 touch done-1
@@ -353,6 +367,16 @@ func TestLiveReload(t *testing.T) {
 		s.phase(t, 0)
 		s.edit(t, liveAdded)
 		s.next(t, 1)
+		// An edit that only adds keeps nginx's old workers: routerd says
+		// so at the reload, and only then is the held connection probed.
+		if !s.waitFor(30*time.Second, func() bool {
+			return strings.Contains(helperLog("router"), "nginx.conf only added entries: the old nginx workers keep their connections")
+		}) {
+			t.Errorf("routerd never said it kept nginx's workers after an edit that only adds:\n%s", indent(helperLog("router")))
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "kept-1"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 
 		s.phase(t, 1)
 		s.edit(t, liveBad)

@@ -117,6 +117,11 @@ loop:
 					continue
 				}
 				s.log.Printf("reloaded %s", r.file)
+				if !r.cut {
+					// Said, so that a test can tell the decision from
+					// a cut that is merely late.
+					s.log.Printf("%s only added entries: the old %s workers keep their connections", r.file, s.children[i].name)
+				}
 				if old != nil {
 					name, file := s.children[i].name, r.file
 					go func() {
