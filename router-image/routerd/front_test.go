@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -155,10 +156,15 @@ func dnsmasqBin(t *testing.T) string {
 	return ""
 }
 
-// waitUntil polls cond until it holds, or fails the test after 5s.
+// waitUntil polls cond until it holds, or fails the test after
+// waitLimit: long, because a machine busy with other work (CI beside an
+// e2e run) starves these processes for seconds, and only a failure waits
+// that long.
+const waitLimit = 30 * time.Second
+
 func waitUntil(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(waitLimit); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf(format, args...)
 		}
@@ -170,7 +176,7 @@ func waitUntil(t *testing.T, cond func() bool, format string, args ...any) {
 // without pause: not one query may fail.
 func TestFrontKeepsAnsweringThroughDnsmasqRestarts(t *testing.T) {
 	bin := dnsmasqBin(t)
-	backend := deadAddr(t)
+	backend := portBelowEphemeral(t)
 	conf := filepath.Join(t.TempDir(), "dnsmasq.conf")
 	// As the launcher writes it, moved behind the front as routerd does.
 	launcher := "listen-address=10.89.3.2\nbind-interfaces\nport=53\nno-resolv\nno-hosts\nlog-facility=-\naddress=/#/\nhost-record=a.test,127.0.0.2\n"
@@ -231,7 +237,7 @@ func TestFrontKeepsAnsweringThroughDnsmasqRestarts(t *testing.T) {
 	answerMore := func(which string) {
 		t.Helper()
 		n := answered.Load()
-		waitUntil(t, func() bool { return answered.Load() >= n+50 }, "%s dnsmasq did not answer 50 queries within 5s:\n%s", which, logs)
+		waitUntil(t, func() bool { return answered.Load() >= n+50 }, "%s dnsmasq did not answer 50 queries within %s:\n%s", which, waitLimit, logs)
 	}
 	answerMore("the first")
 	for i := 1; i <= 5; i++ {
@@ -281,4 +287,26 @@ func TestFrontReusesSockets(t *testing.T) {
 	if m.RCode != dnsmessage.RCodeServerFailure || len(dead.idle) != 0 {
 		t.Errorf("dead backend: rcode %v, %d idle sockets; want SERVFAIL and none kept", m.RCode, len(dead.idle))
 	}
+}
+
+// portBelowEphemeral is a free loopback port (UDP and TCP) below the
+// kernel's ephemeral range, as routerd's own 5354 is: while dnsmasq
+// restarts its port is free, and under load one of the test's many client
+// sockets took it as its source port (dnsmasq then failed with "Address
+// already in use"). Ports below the range are never picked that way.
+func portBelowEphemeral(t *testing.T) netip.AddrPort {
+	t.Helper()
+	start := 20000 + rand.IntN(10000)
+	for p := start; p < start+2000; p++ {
+		addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p))
+		srv, err := listenDNS(nil, addr.String())
+		if err != nil {
+			continue
+		}
+		_ = srv.udp.Close()
+		_ = srv.tcp.Close()
+		return addr
+	}
+	t.Fatalf("no free loopback port from %d", start)
+	return netip.AddrPort{}
 }
