@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -280,15 +279,7 @@ func routerLogAtEnd(dir string, ended <-chan struct{}) string {
 		}
 	}
 	defer func() { _ = os.WriteFile(filepath.Join(dir, "router-logged"), nil, 0o644) }()
-	name := runningHelper("router")
-	if name == "" {
-		return ""
-	}
-	out, err := exec.Command("podman", "logs", name).CombinedOutput()
-	if err != nil {
-		return ""
-	}
-	return string(out)
+	return helperLog("router")
 }
 
 // refusal is a routerd line a row expects: "refused upstream address
