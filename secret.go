@@ -65,32 +65,12 @@ func checkSecretFile(path string, fi fs.FileInfo) error {
 }
 
 // writeSecret stores value as dir/name, 0600, replacing any earlier one
-// atomically.
+// atomically; the temp file it is written to is 0600 from the start.
 func writeSecret(dir, name, value string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("cannot create %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp") // 0600
-	if err != nil {
-		return fmt.Errorf("cannot store the secret: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("cannot store the secret: %w", err)
-	}
-	if _, err := tmp.WriteString(value + "\n"); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("cannot store the secret: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("cannot store the secret: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cannot store the secret: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+	if _, err := replaceFile(filepath.Join(dir, name), []byte(value+"\n"), 0o600, true); err != nil {
 		return fmt.Errorf("cannot store the secret: %w", err)
 	}
 	return nil

@@ -2,16 +2,15 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testpty"
 )
 
 // secretCmd runs `agent-sandbox secret ARGS...` through the real command
@@ -193,32 +192,10 @@ func TestReadSecretRefusesOpenModes(t *testing.T) {
 	}
 }
 
-// openTestPTY opens a pseudo-terminal pair.
-func openTestPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	var unlock int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		t.Fatalf("unlock pty: %v", e)
-	}
-	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Fatalf("pty number: %v", e)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty slave: %v", err)
-	}
-	t.Cleanup(func() { s.Close(); m.Close() })
-	return m, s
-}
 
 // On a terminal the secret is read without echo, after a prompt.
 func TestSecretInputTerminalDoesNotEcho(t *testing.T) {
-	master, slave := openTestPTY(t)
+	master, slave := testpty.Open(t)
 	var prompt bytes.Buffer
 	got := make(chan string, 1)
 	go func() {
