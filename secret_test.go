@@ -192,7 +192,6 @@ func TestReadSecretRefusesOpenModes(t *testing.T) {
 	}
 }
 
-
 // On a terminal the secret is read without echo, after a prompt.
 func TestSecretInputTerminalDoesNotEcho(t *testing.T) {
 	master, slave := testpty.Open(t)

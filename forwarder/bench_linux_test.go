@@ -45,20 +45,7 @@ func BenchmarkForwarderProcess(b *testing.B) {
 			name = fmt.Sprintf("hello+%dKiB", size>>10)
 		}
 		b.Run(name, func(b *testing.B) {
-			up, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = up.Close() })
-			go func() {
-				for {
-					c, err := up.AcceptTCP()
-					if err != nil {
-						return
-					}
-					go echo(c)
-				}
-			}()
+			up := benchEcho(b)
 			listen := freeListenAddr(b)
 			cmd := mainCmd(listen + "=" + up.Addr().String() + "/tls")
 			stderr, err := cmd.StderrPipe()

@@ -218,6 +218,17 @@ func appData(size int) []byte {
 // benchForwarder serves f in front of an echo until the benchmark ends
 // and returns where it listens.
 func benchForwarder(b *testing.B, f forward) *net.TCPAddr {
+	f.target = addrOf(benchEcho(b))
+	ls, err := listenAll([]forward{f})
+	if err != nil {
+		b.Fatal(err)
+	}
+	serveInBackground(b, ls, nil, io.Discard)
+	return ls[0].ln.Addr().(*net.TCPAddr)
+}
+
+// benchEcho is an echo on loopback until the benchmark ends.
+func benchEcho(b *testing.B) *net.TCPListener {
 	up, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		b.Fatal(err)
@@ -232,11 +243,5 @@ func benchForwarder(b *testing.B, f forward) *net.TCPAddr {
 			go echo(c)
 		}
 	}()
-	f.target = addrOf(up)
-	ls, err := listenAll([]forward{f})
-	if err != nil {
-		b.Fatal(err)
-	}
-	serveInBackground(b, ls, nil, io.Discard)
-	return ls[0].ln.Addr().(*net.TCPAddr)
+	return up
 }

@@ -201,17 +201,7 @@ func echoed(t *testing.T, addr string, b []byte) {
 	t.Helper()
 	c := dial(t, addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	go func() {
-		_, _ = c.Write(b)
-		_ = c.CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatalf("reading the echo: %v", err)
-	}
-	if !bytes.Equal(got, b) {
-		t.Fatalf("the echo differs: %d bytes back of %d sent", len(got), len(b))
-	}
+	echoedAfter(t, c, b)
 }
 
 func TestRelayPassesOtherBytesOn(t *testing.T) {
