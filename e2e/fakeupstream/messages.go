@@ -36,16 +36,7 @@ func isMessagesPath(path string) bool {
 }
 
 func (s *tlsServer) messages(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-	}
-	_ = json.Unmarshal(body, &req)
-	if req.Model == "" {
-		req.Model = "claude-fake"
-	}
-	s.log.printf("api messages path=%q model=%q stream=%v bytes=%d", r.URL.Path, req.Model, req.Stream, len(body))
+	req := s.readModelRequest(r, "messages", "claude-fake")
 	w.Header().Set("Request-Id", "req_fake")
 	if r.URL.Path == "/v1/messages/count_tokens" {
 		w.Header().Set("Content-Type", "application/json")
@@ -99,4 +90,23 @@ func (s *tlsServer) messages(w http.ResponseWriter, r *http.Request) {
 	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil}, "usage": map[string]any{"output_tokens": len(words)}})
 	send("message_stop", map[string]any{"type": "message_stop"})
 	s.log.printf("api messages streamed events=%d", len(words)+6)
+}
+
+// modelRequest is what the fake reads of a Messages or Responses API call.
+type modelRequest struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// readModelRequest reads a call's body and logs it as "api KIND ...";
+// a model left out is defaultModel.
+func (s *tlsServer) readModelRequest(r *http.Request, kind, defaultModel string) modelRequest {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	var req modelRequest
+	_ = json.Unmarshal(body, &req)
+	if req.Model == "" {
+		req.Model = defaultModel
+	}
+	s.log.printf("api %s path=%q model=%q stream=%v bytes=%d", kind, r.URL.Path, req.Model, req.Stream, len(body))
+	return req
 }

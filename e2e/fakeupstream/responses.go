@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -77,16 +76,7 @@ func (s *tlsServer) responses(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"error":{"message":"upgrade required","type":"invalid_request_error"}}`)
 		return
 	}
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-	}
-	_ = json.Unmarshal(body, &req)
-	if req.Model == "" {
-		req.Model = "gpt-fake"
-	}
-	s.log.printf("api responses path=%q model=%q stream=%v bytes=%d", r.URL.Path, req.Model, req.Stream, len(body))
+	req := s.readModelRequest(r, "responses", "gpt-fake")
 	w.Header().Set("X-Request-Id", "req_fake")
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
 		w.Header().Set("Content-Type", "application/json")
