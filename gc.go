@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"io"
 	"os"
 	"path/filepath"
@@ -156,6 +157,9 @@ func removeStaleDirs(runtimeDir string) []string {
 		return nil
 	}
 	var removed []string
+	for _, s := range sessionreg.Open(runtimeDir, ownerAlive).Prune() {
+		removed = append(removed, "the launch dir claim of "+s)
+	}
 	for _, e := range entries {
 		m := sessionDir.FindStringSubmatch(e.Name())
 		if m == nil || !e.IsDir() {

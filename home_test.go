@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -76,12 +77,12 @@ func TestSpecsPassNoProxyVariablesAndProtectTheRepository(t *testing.T) {
 	eng := newFakeEngine()
 	cfg := testConfig(t)
 	cfg.launchDir = repoTree(t)
-	tree, err := scanLaunchDir(cfg.launchDir, launchScanBound)
+	project, err := openProject(cfg.launchDir, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.tree = tree
-	cfg.stamps = stampTree(cfg.launchDir, tree)
+	defer project.close()
+	cfg.project = project
 	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}

@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestRealpath(t *testing.T) {
@@ -186,91 +182,6 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 			t.Errorf("checkLaunchDir(%s) refused: %v", dir, err)
 		case refuse != "" && (err == nil || !strings.Contains(err.Error(), refuse)):
 			t.Errorf("checkLaunchDir(%s) = %v, want a refusal naming %q", dir, err, refuse)
-		}
-	}
-}
-
-func TestScanLaunchDirFindsSocketsRepositoriesAndSettings(t *testing.T) {
-	root := t.TempDir()
-	for _, d := range []string{".git/hooks", ".git/modules/lib/hooks", ".git/modules/nested/dir/sub/hooks", "vendor/x/.git", "a/b/c", ".claude"} {
-		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
-	}
-	for _, f := range []string{".git/config", ".git/modules/lib/HEAD", ".git/modules/nested/dir/sub/HEAD", "lib/.git", ".mcp.json", "a/b/.mcp.json"} {
-		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, f)), 0o755))
-		must(t, os.WriteFile(filepath.Join(root, f), []byte("x"), 0o644))
-	}
-	ln, err := net.Listen("unix", filepath.Join(root, "a/b/c/agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tree, err := scanLaunchDir(root, launchScanBound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(tree.sockets, []string{"a/b/c/agent.sock"}) {
-		t.Errorf("sockets = %q", tree.sockets)
-	}
-	if want := []string{".git", ".git/modules/lib", ".git/modules/nested/dir/sub", "vendor/x/.git"}; !slices.Equal(tree.gitDirs, want) {
-		t.Errorf("git dirs = %q, want %q", tree.gitDirs, want)
-	}
-	if !slices.Equal(tree.gitFiles, []string{"lib/.git"}) {
-		t.Errorf("git files = %q", tree.gitFiles)
-	}
-	if want := []string{".claude", ".mcp.json", "a/b/.mcp.json"}; !slices.Equal(tree.settings, want) {
-		t.Errorf("settings = %q, want %q", tree.settings, want)
-	}
-	if tree.truncated {
-		t.Error("a small tree was reported truncated")
-	}
-	err = socketRefusal(root, tree)
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "a/b/c/agent.sock")) {
-		t.Errorf("socketRefusal = %v, want one naming the socket", err)
-	}
-}
-
-func TestScanLaunchDirStopsAtItsBound(t *testing.T) {
-	root := t.TempDir()
-	for i := range 30 {
-		must(t, os.MkdirAll(filepath.Join(root, fmt.Sprintf("d%02d/e", i)), 0o755))
-	}
-	// Deeper than the first 30 entries: not seen, and the walk says so.
-	ln, err := net.Listen("unix", filepath.Join(root, "d29/e/deep.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tree, err := scanLaunchDir(root, scanBound{entries: 30, time: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tree.truncated || len(tree.sockets) != 0 {
-		t.Errorf("truncated = %v, sockets = %q: want a walk cut at 30 entries", tree.truncated, tree.sockets)
-	}
-}
-
-func TestEnclosingSessionRefusesADirInsideARunningSession(t *testing.T) {
-	alive := func(owner string) bool { return owner == "live" }
-	net := func(dir, owner string) labelledObject {
-		return labelledObject{kind: "network", name: "s-" + owner, labels: map[string]string{labelSession: "s-" + owner, labelOwner: owner, labelDir: dir}}
-	}
-	for _, tc := range []struct {
-		objs   []labelledObject
-		refuse bool
-	}{
-		{[]labelledObject{net("/src/mono", "live")}, true},
-		{[]labelledObject{net("/src/mono/pkg/a", "live")}, false}, // one inside ours cannot reach our path
-		{[]labelledObject{net("/src/mono/pkg", "live")}, false},   // the same dir: its mount root cannot move
-		{[]labelledObject{net("/src/mono", "dead")}, false},
-		{[]labelledObject{net("/src/monolith", "live")}, false},
-		{[]labelledObject{{kind: "container", labels: map[string]string{labelDir: "/src", labelOwner: "live"}}}, false},
-	} {
-		err := enclosingSession("/src/mono/pkg", tc.objs, alive)
-		if (err != nil) != tc.refuse {
-			t.Errorf("enclosingSession with %v = %v, want refusal %v", tc.objs[0].labels, err, tc.refuse)
-		}
-		if err != nil && !strings.Contains(err.Error(), "/src/mono,") {
-			t.Errorf("refusal does not name the enclosing dir: %v", err)
 		}
 	}
 }

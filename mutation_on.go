@@ -2,9 +2,14 @@
 
 package main
 
+import "github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+
 // mutation names the one defence this binary is built without, set with
 // -ldflags "-X main.mutation=NAME" by hack/mutation-check, which checks
 // that the security rows catch each one. Never in a release.
 var mutation string
 
 func mutated(name string) bool { return mutation == name }
+
+// The launch dir's defences live in their own package.
+func init() { projectdir.Mutate(mutation) }

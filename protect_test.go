@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,86 +36,54 @@ func repoTree(t *testing.T) string {
 	return root
 }
 
-func TestProtectedPathsCoverWhatGitAndAgentsRun(t *testing.T) {
+func TestOpenProjectPlansTheProtectionsAndRefusesLinks(t *testing.T) {
 	root := repoTree(t)
-	tree, err := scanLaunchDir(root, launchScanBound)
-	if err != nil {
-		t.Fatal(err)
+	p, err := openProject(root, "", io.Discard)
+	must(t, err)
+	defer p.close()
+	ro := map[string]bool{}
+	for _, m := range p.mounts(root) {
+		ro[strings.TrimPrefix(m.Destination, root+"/")] = slices.Contains(m.Options, "ro")
 	}
-	paths, empty := protectedPaths(root, tree)
-	want := []string{".git/config", ".git/hooks", ".git/worktrees/wt/config.worktree", ".git/modules/lib/config", "lib/.git", ".claude", ".mcp.json"}
-	slices.Sort(want)
-	slices.Sort(paths)
-	if !slices.Equal(paths, want) {
-		t.Errorf("protected = %q\nwant %q", paths, want)
-	}
-	// The submodule has no hooks/ yet: an agent could create one.
-	if !slices.Equal(empty, []string{".git/modules/lib/hooks"}) {
-		t.Errorf("empty dirs = %q", empty)
-	}
-}
-
-func TestProtectionMountsPinEveryParentAndComeParentsFirst(t *testing.T) {
-	root := "/p"
-	mounts := protectionMounts(root, []string{".git/config", ".git/hooks", ".git/modules/lib/config", "lib/.git"}, []string{".git/modules/lib/hooks"})
-	var got []string
-	for _, m := range mounts {
-		got = append(got, m.Type+" "+m.Source+" "+m.Destination+" "+strings.Join(m.Options, ","))
-	}
-	want := []string{
-		"bind /p/.git /p/.git rbind",
-		"bind /p/lib /p/lib rbind",
-		"bind /p/.git/config /p/.git/config rbind,ro",
-		"bind /p/.git/hooks /p/.git/hooks rbind,ro",
-		"bind /p/.git/modules /p/.git/modules rbind",
-		"bind /p/lib/.git /p/lib/.git rbind,ro",
-		"bind /p/.git/modules/lib /p/.git/modules/lib rbind",
-		"bind /p/.git/modules/lib/config /p/.git/modules/lib/config rbind,ro",
-		"tmpfs tmpfs /p/.git/modules/lib/hooks ro,nosuid,nodev,noexec",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("mounts:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-func TestStampsShowWhatTheAgentAddedOrChanged(t *testing.T) {
-	root := repoTree(t)
-	scan := func() fileStamps {
-		tree, err := scanLaunchDir(root, launchScanBound)
-		if err != nil {
-			t.Fatal(err)
+	for _, want := range []string{".git/config", ".git/hooks", ".git/worktrees/wt/config.worktree", ".git/modules/lib/config", "lib/.git", ".claude", ".mcp.json", ".git/modules/lib/hooks"} {
+		if !ro[want] {
+			t.Errorf("%s is not read-only: %v", want, ro)
 		}
-		return stampTree(root, tree)
 	}
-	before := scan()
-	if got := changedFiles(before, scan()); len(got) != 0 {
-		t.Fatalf("nothing changed, but %q did", got)
+	must(t, p.verify())
+	// A link where the scan looks for submodules, to the user's home.
+	must(t, os.MkdirAll(filepath.Join(root, "vendor/lib/.git"), 0o755))
+	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "vendor/lib/.git/modules")))
+	if _, err := openProject(root, "", io.Discard); err == nil || !strings.Contains(err.Error(), "vendor/lib/.git/modules is a symbolic link") {
+		t.Fatalf("a link in modules/ was not refused: %v", err)
 	}
-	// Ordinary work changes nothing that is listed.
+}
+
+func TestLeftForHostListsWhatTheAgentLeftAndMovesAsideWhatGitNeverWrites(t *testing.T) {
+	root := repoTree(t)
+	p, err := openProject(root, "", io.Discard)
+	must(t, err)
+	defer p.close()
+	if got := p.leftForHost(); len(got) != 0 {
+		t.Fatalf("nothing changed, but %q", got)
+	}
+	// Ordinary work is not listed.
 	must(t, os.WriteFile(filepath.Join(root, "sub/deep/readme"), []byte("changed\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(root, ".git/objects/ab/0123"), []byte("blob"), 0o644))
-	if got := changedFiles(before, scan()); len(got) != 0 {
+	if got := p.leftForHost(); len(got) != 0 {
 		t.Fatalf("ordinary work listed %q", got)
 	}
+	must(t, os.WriteFile(filepath.Join(root, ".git/commondir"), []byte("../sub\n"), 0o644))
 	must(t, os.MkdirAll(filepath.Join(root, "sub/.git/hooks"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "sub/.git/config"), []byte("[core]\n\tfsmonitor = touch /tmp/pwned\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(root, ".git/hooks/post-checkout"), []byte("#!/bin/sh\n"), 0o755))
-	must(t, os.Chmod(filepath.Join(root, ".git/hooks/pre-commit.sample"), 0o755))
-	must(t, os.WriteFile(filepath.Join(root, ".claude/settings.local.json"), []byte("{\"hooks\":{}}\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(root, "lib/.git"), []byte("gitdir: ../sub/.git\n"), 0o644))
-	got := changedFiles(before, scan())
-	want := []string{".claude/settings.local.json", ".git/hooks/post-checkout", ".git/hooks/pre-commit.sample", "lib/.git", "sub/.git/", "sub/.git/config"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("changed = %q\nwant %q", got, want)
-	}
-	summary := hostRunSummary(root, got)
-	for _, w := range []string{"new repository " + filepath.Join(root, "sub/.git"), filepath.Join(root, ".git/hooks/post-checkout"),
-		"git -C " + filepath.Join(root, "sub") + " config --list --show-origin", "git -C " + root + " config --list --show-origin"} {
-		if !strings.Contains(summary, w) {
-			t.Errorf("summary lacks %q:\n%s", w, summary)
+	got := strings.Join(p.leftForHost(), "\n")
+	for _, want := range []string{"moved aside: " + filepath.Join(root, ".git/commondir"), "new " + filepath.Join(root, "sub/.git") + ": a new repository",
+		"core.fsmonitor = 'touch /tmp/pwned': git runs it at every git status"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
 		}
 	}
-	if hostRunSummary(root, nil) != "" {
-		t.Error("a summary for nothing")
+	if _, err := os.Stat(filepath.Join(root, ".git/commondir")); err == nil {
+		t.Error("the agent's commondir is still where git reads it")
 	}
 }

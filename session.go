@@ -61,11 +61,9 @@ type sessionConfig struct {
 	egress        string // the shared egress network
 	homeVolume    string // the volume at /home/claude
 	homeLabels    map[string]string
-	// tree is what the launch dir held at start (sockets refuse it; git
-	// dirs and agent settings are mounted read-only); stamps are the
-	// digests of the files in it that the host would run.
-	tree   launchTree
-	stamps fileStamps
+	// project is the launch dir as the scan found it: what is mounted
+	// read-only over it, and the stamps of what the host would run.
+	project launchProject
 	// cred is what the router adds credentials for (credentials.go).
 	cred sessionCredentials
 }
@@ -135,6 +133,9 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	}
 	s := newSession(set, cfg, out)
 	defer s.teardown(ctx)
+	if err := s.openLaunchDir(runtimeDir); err != nil {
+		return refused(err)
+	}
 	if err := s.makeDirs(runtimeDir); err != nil {
 		return err
 	}
@@ -143,6 +144,19 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 		return err
 	}
 	return s.runOn(opCtx, eng, runtimeDir)
+}
+
+// openLaunchDir claims the launch dir, so that no overlapping session can
+// run while this one scans and mounts it, then scans it. The claim is
+// pushed first and so released last, once the agent is gone.
+func (s *session) openLaunchDir(runtimeDir string) error {
+	release, err := claimLaunchDir(runtimeDir, s.cfg.name, s.cfg.launchDir)
+	if err != nil {
+		return err
+	}
+	s.undo.push("the claim on "+s.cfg.launchDir, func(context.Context) error { return release() })
+	s.cfg.project, err = openProject(s.cfg.launchDir, s.set.home, s.out)
+	return err
 }
 
 // makeDirs makes the session's temp dir (the router's config) and the
@@ -181,15 +195,9 @@ func (s *session) runOn(ctx context.Context, eng engine, runtimeDir string) erro
 // start creates what the agent runs in: nothing before the checks that can
 // refuse the session, then the networks, the router and the pod.
 func (s *session) start(ctx context.Context, runtimeDir string) error {
-	// One listing serves the check on enclosing sessions and the clean-up.
 	labelled, err := s.eng.ListLabelled(ctx, labelSession)
 	if err != nil {
 		return err
-	}
-	// A session inside a running session's launch dir could be made to
-	// mount what that agent chooses.
-	if err := enclosingSession(s.cfg.launchDir, labelled, ownerAlive); err != nil {
-		return refused(err)
 	}
 	if !s.set.noStartGC {
 		s.collectDeadSessions(ctx, labelled, runtimeDir)
@@ -357,7 +365,13 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 	// that only its start is left once both helpers are ready.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return s.eng.ContainerCreate(gctx, agentSpec(s.set.image, s.names, s.labels, s.cfg.homeVolume, s.cfg))
+		spec := agentSpec(s.set.image, s.names, s.labels, s.cfg.homeVolume, s.cfg)
+		// The runtime resolves the mounts' sources again, following links:
+		// they must still be what the scan saw.
+		if err := s.cfg.project.verify(); err != nil {
+			return refused(err)
+		}
+		return s.eng.ContainerCreate(gctx, spec)
 	})
 	g.Go(func() error {
 		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.cfg.tmp)
@@ -453,8 +467,11 @@ func (s *session) teardown(ctx context.Context) {
 	}
 	err := s.undo.unwind(tctx)
 	if left != nil {
-		fmt.Fprint(s.out, hostRunSummary(s.cfg.launchDir, <-left))
+		for _, l := range <-left {
+			say(s.out, "%s", l)
+		}
 	}
+	s.cfg.project.close()
 	if err != nil {
 		report(s.out, errors.New(leftBehind(err)))
 	}
@@ -470,7 +487,7 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 		_ = s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout)
 	}
 	left := make(chan []string, 1)
-	go func() { left <- leftForHost(s.cfg) }()
+	go func() { left <- s.cfg.project.leftForHost() }()
 	routerLog := s.eng.ContainerLogs(ctx, s.names.router, 0)
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
@@ -486,10 +503,9 @@ func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) 
 		return cfg, err
 	}
 	var err error
-	if cfg.launchDir, cfg.tree, err = checkedLaunchDir(set); err != nil {
+	if cfg.launchDir, err = checkedLaunchDir(set); err != nil {
 		return cfg, err
 	}
-	cfg.stamps = stampTree(cfg.launchDir, cfg.tree)
 	if cfg.entries, err = loadAllowlist(set.allowlist, out); err != nil {
 		return cfg, err
 	}
@@ -507,29 +523,22 @@ func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) 
 
 // checkedLaunchDir is the current directory with every link resolved, so
 // that what is checked is what is mounted and no link is followed again at
-// the mount, and what it holds.
-func checkedLaunchDir(set settings) (string, launchTree, error) {
+// the mount.
+func checkedLaunchDir(set settings) (string, error) {
 	pwd, err := os.Getwd()
 	if err != nil {
-		return "", launchTree{}, fmt.Errorf("cannot find the current directory: %w", err)
+		return "", fmt.Errorf("cannot find the current directory: %w", err)
 	}
 	dir := realpath(pwd)
 	for _, p := range []string{pwd, dir} {
 		if strings.Contains(p, ":") {
-			return "", launchTree{}, fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", p)
+			return "", fmt.Errorf("cannot mount %s: podman cannot bind a path containing ':'; start from another directory", p)
 		}
 	}
 	if err := checkLaunchDir(dir, set); err != nil && !mutated("launch-dir-check") {
-		return "", launchTree{}, err
+		return "", err
 	}
-	tree, err := scanLaunchDir(dir, launchScanBound)
-	if err != nil {
-		return "", launchTree{}, err
-	}
-	if err := socketRefusal(dir, tree); err != nil && !mutated("launch-dir-check") {
-		return "", launchTree{}, err
-	}
-	return dir, tree, nil
+	return dir, nil
 }
 
 // loadAllowlist reads the allowlist, seeding a missing one from the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -527,23 +528,41 @@ func TestSessionHomeVolumeNotOursRefusesBeforeCreatingAnything(t *testing.T) {
 	}
 }
 
-func TestSessionInsideARunningSessionsDirIsRefusedBeforeCreatingAnything(t *testing.T) {
-	eng := newFakeEngine()
-	cfg := testConfig(t)
-	// A live session (this very process stands in for its launcher) whose
-	// launch dir holds this one's.
-	eng.labelled = []labelledObject{{kind: "network", name: "agent-sandbox-9-9", labels: map[string]string{
-		labelSession: "agent-sandbox-9-9", labelOwner: ownerID(os.Getpid()), labelDir: filepath.Dir(cfg.launchDir)}}}
-	code, stderr := runSession(context.Background(), eng, cfg)
-	if code != exitRefused {
-		t.Fatalf("exit code = %d, want %d", code, exitRefused)
-	}
-	for _, c := range eng.calls {
-		if strings.HasPrefix(c, "NetworkCreate") || strings.HasPrefix(c, "VolumeCreate") || strings.HasPrefix(c, "ContainerCreate") || strings.HasPrefix(c, "PodCreate") {
-			t.Errorf("created %q although the session was refused", c)
+// A session whose launch dir overlaps a running one's (the same dir, one
+// inside it, one containing it) is refused at its claim, before it scans
+// the dir or asks podman for anything.
+func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
+	runtimeDir := t.TempDir()
+	base := t.TempDir()
+	running := filepath.Join(base, "mono/pkg")
+	must(t, os.MkdirAll(running, 0o755))
+	// This very process stands in for the running session's launcher.
+	release, err := claimLaunchDir(runtimeDir, "agent-sandbox-9-9", running)
+	must(t, err)
+	for _, c := range []struct{ dir, want string }{
+		{running, "session agent-sandbox-9-9 runs there already"},
+		{filepath.Join(running, "sub"), "it lies inside " + running + ", where session agent-sandbox-9-9 runs"},
+		{filepath.Join(base, "mono"), "it contains " + running + ", where session agent-sandbox-9-9 runs"},
+	} {
+		cfg := testConfig(t)
+		cfg.launchDir = c.dir
+		s := newSession(newSettings(os.LookupEnv), cfg, io.Discard)
+		err := s.openLaunchDir(runtimeDir)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.dir, err, c.want)
 		}
+		if s.cfg.project.root != nil {
+			t.Errorf("%s was scanned although it was refused", c.dir)
+		}
+		s.undo.unwind(context.Background())
 	}
-	if msg := stderr(); !strings.Contains(msg, "lies inside "+filepath.Dir(cfg.launchDir)) {
-		t.Errorf("the refusal does not name the running session's dir: %q", msg)
+	must(t, release())
+	cfg := testConfig(t)
+	cfg.launchDir = running
+	s := newSession(newSettings(os.LookupEnv), cfg, io.Discard)
+	if err := s.openLaunchDir(runtimeDir); err != nil {
+		t.Errorf("after the running session ended: %v", err)
 	}
+	s.undo.unwind(context.Background())
+	s.cfg.project.close()
 }

@@ -116,8 +116,7 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
 	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
 	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
-	paths, emptyDirs := protectedPaths(cfg.launchDir, cfg.tree)
-	c.Mounts = append(c.Mounts, protectionMounts(cfg.launchDir, paths, emptyDirs)...)
+	c.Mounts = append(c.Mounts, cfg.project.mounts(cfg.launchDir)...)
 	c.WorkDir = cfg.launchDir
 	c.Env = map[string]string{}
 	for k, v := range cfg.env {

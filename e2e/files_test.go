@@ -22,7 +22,7 @@ import (
 // canary does fire.
 func TestFileBoundary(t *testing.T) {
 	registerSecTable()
-	for _, r := range fileRows {
+	for _, r := range append(fileRows, treeRows...) {
 		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
 			ev := &evidence{}
 			start := time.Now()
@@ -417,11 +417,16 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 			t.Logf("fake: %s", l)
 		}
 	}
-	if want := "new repository " + filepath.Join(dir, "nested", ".git"); !strings.Contains(r.Stderr, want) {
+	if want := "new " + filepath.Join(dir, "nested", ".git") + ": a new repository"; !strings.Contains(r.Stderr, want) {
 		t.Errorf("the nested repository is not listed at exit (%q):\n%s", want, indent(r.Stderr))
 	}
-	if !strings.Contains(r.Stderr, "git -C "+filepath.Join(dir, "nested")+" config --list --show-origin") {
-		t.Errorf("the exit list does not say how to check the nested repository:\n%s", indent(r.Stderr))
+	// What git would run there, read by the launcher itself: no advice
+	// to run git in a repository the agent made.
+	if want := "core.fsmonitor = " + shellQuote(touch) + ": git runs it at every git status"; !strings.Contains(r.Stderr, want) {
+		t.Errorf("the exit list does not show the nested repository's fsmonitor (%q):\n%s", want, indent(r.Stderr))
+	}
+	if strings.Contains(r.Stderr, "git -C") {
+		t.Errorf("the exit list suggests running git in a repository the agent made:\n%s", indent(r.Stderr))
 	}
 	// The host then uses the repository as a user does.
 	for _, args := range [][]string{{"status"}, {"log", "--oneline", "-3"}, {"commit", "-q", "--allow-empty", "-m", "host"}, {"diff", "HEAD~1"}} {

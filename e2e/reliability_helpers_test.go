@@ -474,10 +474,7 @@ func takeInventory(t *testing.T) inventory {
 		}
 		return nil
 	})
-	dirs, _ := filepath.Glob(filepath.Join(rt, "agent-sandbox-*"))
-	for _, d := range dirs {
-		inv["runtime dirs"] = append(inv["runtime dirs"], filepath.Base(d))
-	}
+	inv["runtime dirs"] = runtimeEntries()
 	inv["processes"] = helperProcesses()
 	inv["mounts"] = rootlessMounts(rt)
 	inv["firewall"] = rootlessFirewall(t, rt)

@@ -329,12 +329,31 @@ func listLeftovers() (leftovers, error) {
 	if l.Networks, err = sessionObjects([]string{"network", "ls"}, "{{.Name}}"); err != nil {
 		return l, err
 	}
-	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
-	for _, m := range matches {
-		l.RuntimeDirs = append(l.RuntimeDirs, filepath.Base(m))
-	}
+	l.RuntimeDirs = runtimeEntries()
 	l.Services = apiServices()
 	return l, nil
+}
+
+// registerDir is the session register under XDG_RUNTIME_DIR, which all
+// sessions share: what counts are the claims in it.
+const registerDir = "agent-sandbox-sessions"
+
+// runtimeEntries are the launchers' temp dirs under XDG_RUNTIME_DIR and
+// the claims in the session register, each named after its session.
+func runtimeEntries() []string {
+	var out []string
+	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
+	for _, m := range matches {
+		if filepath.Base(m) != registerDir {
+			out = append(out, filepath.Base(m))
+			continue
+		}
+		claims, _ := filepath.Glob(filepath.Join(m, "*.json"))
+		for _, c := range claims {
+			out = append(out, registerDir+"/"+filepath.Base(c))
+		}
+	}
+	return out
 }
 
 // sessionObjects lists by name prefix and by label in one call: a bug could

@@ -1,0 +1,401 @@
+package projectdir
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stamps maps each file in the tree that the host would run or load by
+// itself to a digest of what it is: taken at start and at exit, the
+// difference is what the agent added or changed.
+type Stamps map[string]string
+
+// repoMark is a repository's own stamp: its mere appearance counts.
+const repoMark = "repository"
+
+// Stamp digests what the host would run or load in t.
+func Stamp(r *Root, t Tree) Stamps {
+	s := Stamps{}
+	for _, repo := range t.Repos {
+		s[repo.Dir+"/"] = repoMark
+		for _, f := range repo.Files {
+			s.add(r, f)
+		}
+		for _, h := range repo.Hooks {
+			s.addTree(r, h, 256)
+		}
+		for _, inc := range repo.Includes {
+			s.add(r, inc)
+		}
+	}
+	for _, f := range t.GitFiles {
+		s.add(r, f)
+	}
+	for _, d := range t.Settings {
+		s.addTree(r, d, 1024)
+	}
+	for _, d := range t.Tools {
+		s.addTree(r, d, 256)
+	}
+	for _, l := range t.Links {
+		s[l.Path] = "link:" + l.Target
+	}
+	return s
+}
+
+func (s Stamps) add(r *Root, rel string) {
+	if d, ok := digest(r, rel); ok {
+		s[rel] = d
+	}
+}
+
+// addTree stamps rel and, if it is a directory, the files below it, up to
+// limit of them, without following links.
+func (s Stamps) addTree(r *Root, rel string, limit int) {
+	info, err := r.Lstat(rel)
+	if err != nil {
+		return
+	}
+	if !info.IsDir() {
+		s.add(r, rel)
+		return
+	}
+	queue := []string{rel}
+	for len(queue) > 0 && limit > 0 {
+		dir := queue[0]
+		queue = queue[1:]
+		entries, err := r.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			if e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
+				queue = append(queue, p)
+				continue
+			}
+			if limit--; limit < 0 {
+				return
+			}
+			s.add(r, p)
+		}
+	}
+}
+
+// digest hashes a regular file with its mode, and a link as its target
+// (whatever follows it gets that).
+func digest(r *Root, rel string) (string, bool) {
+	info, err := r.Lstat(rel)
+	if err != nil {
+		return "", false
+	}
+	h := sha256.New()
+	switch {
+	case info.IsLink():
+		target, err := r.Readlink(rel)
+		if err != nil {
+			return "", false
+		}
+		return "link:" + target, true
+	case info.IsRegular():
+		f, err := r.open(rel, unix.O_RDONLY)
+		if err != nil {
+			return "", false
+		}
+		defer f.Close()
+		// Hooks and configs are small; a huge one is still bounded.
+		if _, err := io.Copy(h, io.LimitReader(f, 8<<20)); err != nil {
+			return "", false
+		}
+		fmt.Fprintf(h, "mode:%o", info.Perm)
+	default:
+		return "", false
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// Finding is one file the agent added or changed that the host would run
+// or load.
+type Finding struct {
+	Path string
+	New  bool
+	// Never is a file git never writes where it was found: moved aside.
+	Never   bool
+	MovedTo string
+	Why     string
+}
+
+// Report is what the agent left for the host, for the user to read before
+// using git or those tools there.
+type Report struct {
+	Root     string
+	Findings []Finding
+	// Runs are, for each repository that is new or changed, what git
+	// would run there, read from its files.
+	Runs map[string][]string
+	Cut  string
+}
+
+// Compare finds what the agent left between a start and an end, and moves
+// aside the files that git itself never writes where they are, so that
+// the user's next `git status` does not take config from them.
+func Compare(r *Root, before Tree, bs Stamps, after Tree, as Stamps) Report {
+	rep := Report{Root: r.Path, Runs: map[string][]string{}, Cut: after.Cut}
+	oldRepos := map[string]Repo{}
+	for _, repo := range before.Repos {
+		oldRepos[repo.Dir] = repo
+	}
+	var changed []string
+	for p, d := range as {
+		if bs[p] != d {
+			changed = append(changed, p)
+		}
+	}
+	sort.Strings(changed)
+	touched := map[string]bool{}
+	for _, p := range changed {
+		f := Finding{Path: p, New: bs[p] == ""}
+		repo, inRepo := repoOf(after, p)
+		switch {
+		case strings.HasSuffix(p, "/"):
+			f.Path = strings.TrimSuffix(p, "/")
+			f.Why = "a new repository: git on this machine runs its config and hooks wherever you use git in " + workTreeOf(repo, r.Path)
+			touched[repo.Dir] = true
+		case strings.HasPrefix(as[p], "link:"):
+			f.Why = "a symbolic link to " + Quote(strings.TrimPrefix(as[p], "link:")) + ", which the host's tools follow"
+		case inRepo:
+			f.Why, f.Never = gitFileWhy(repo, p, oldRepos, bs)
+			touched[repo.Dir] = true
+		case slices.ContainsFunc(after.GitFiles, func(g string) bool { return g == p }):
+			f.Why = "a .git file: git on this machine takes the repository it names for " + Quote(filepath.Join(r.Path, filepath.Dir(p)))
+		default:
+			if why, ok := toolLoader(p); ok {
+				f.Why = why
+			} else if dir, ok := settingsOf(after, p); ok {
+				f.Why = "agent settings: Claude Code on this machine loads them (hooks run commands) in " + Quote(filepath.Join(r.Path, filepath.Dir(dir)))
+			} else if why, ok := toolOfDir(p); ok {
+				f.Why = why
+			}
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	// A new repository is named once, not file by file.
+	var newRepos []string
+	for _, f := range rep.Findings {
+		if bs[f.Path+"/"] == "" && as[f.Path+"/"] == repoMark {
+			newRepos = append(newRepos, f.Path+"/")
+		}
+	}
+	rep.Findings = slices.DeleteFunc(rep.Findings, func(f Finding) bool {
+		return !f.Never && !strings.HasPrefix(as[f.Path], "link:") && slices.ContainsFunc(newRepos, func(r string) bool { return strings.HasPrefix(f.Path, r) })
+	})
+	for i, f := range rep.Findings {
+		if f.Never && !mutated("indirection-writable") {
+			rep.Findings[i].MovedTo = moveAside(r, f.Path)
+		}
+	}
+	// Never-legitimate files first, then the rest by path.
+	sort.SliceStable(rep.Findings, func(i, j int) bool { return rep.Findings[i].Never && !rep.Findings[j].Never })
+	for _, repo := range after.Repos {
+		if touched[repo.Dir] {
+			rep.Runs[repo.Dir] = whatGitRuns(r, repo)
+		}
+	}
+	return rep
+}
+
+func repoOf(t Tree, p string) (Repo, bool) {
+	best := -1
+	for i, repo := range t.Repos {
+		if p == repo.Dir+"/" || strings.HasPrefix(p, repo.Dir+"/") || slices.Contains(repo.Includes, p) ||
+			slices.ContainsFunc(repo.Hooks, func(h string) bool { return p == h || strings.HasPrefix(p, h+"/") }) {
+			if best < 0 || len(repo.Dir) > len(t.Repos[best].Dir) {
+				best = i
+			}
+		}
+	}
+	if best < 0 {
+		return Repo{}, false
+	}
+	return t.Repos[best], true
+}
+
+func workTreeOf(repo Repo, root string) string {
+	if repo.WorkTree == "" {
+		return Quote(filepath.Join(root, repo.Dir)) + " (bare: its hooks run when you push to it)"
+	}
+	return Quote(filepath.Join(root, repo.WorkTree))
+}
+
+func settingsOf(t Tree, p string) (string, bool) {
+	for _, s := range t.Settings {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// toolOfDir is the loader of a file inside a tool directory (.husky/x).
+func toolOfDir(p string) (string, bool) {
+	for dir := filepath.Dir(p); dir != "." && dir != "/"; dir = filepath.Dir(dir) {
+		for _, t := range HostTools {
+			if strings.HasSuffix(t.Path, "/") && hasPathSuffix(dir, t.Path) {
+				return t.Loader, true
+			}
+		}
+	}
+	return "", false
+}
+
+// gitFileWhy says what git does with a file of a repository, and whether
+// its being new there is something git itself never does.
+func gitFileWhy(repo Repo, p string, old map[string]Repo, bs Stamps) (string, bool) {
+	_, existed := old[repo.Dir]
+	isNew := bs[p] == ""
+	base := filepath.Base(p)
+	atRoot := filepath.Dir(p) == repo.Dir
+	switch {
+	case atRoot && base == "commondir":
+		if existed && isNew {
+			return "git never writes a commondir in a repository's own git dir: with it, git on this machine takes this repository's config and hooks from where it points", true
+		}
+		return "git takes this repository's config and hooks from where it points", false
+	case atRoot && base == "config.worktree":
+		if existed && isNew {
+			if old[repo.Dir].WorktreeConfig {
+				return "new in a repository whose config the sandbox kept read-only: git on this machine would read it as config; if you asked for it (git sparse-checkout, git config --worktree), read it and set what it says yourself", true
+			}
+			return "git never writes config.worktree in a repository whose config the sandbox kept read-only: git on this machine would read it as config", true
+		}
+		return "git reads it as config", false
+	case atRoot && base == "config":
+		return "git reads it as config (commands it runs: below)", false
+	case slices.Contains(repo.Includes, p):
+		if existed && isNew {
+			return "a file this repository's config includes, which did not exist: git never writes one, and on this machine reads it as config", true
+		}
+		return "this repository's config includes it: git reads it as config", false
+	case strings.Contains(p, "/worktrees/"):
+		return "a worktree's pointer: git takes that worktree's repository and config through it", false
+	}
+	return "a hook: git on this machine runs it", false
+}
+
+// moveAside renames a file git never writes to a name git never reads, in
+// the same directory; it returns the new path, or "" if it could not.
+func moveAside(r *Root, rel string) string {
+	for i := 0; i < 100; i++ {
+		name := filepath.Base(rel) + ".agent-sandbox-moved"
+		if i > 0 {
+			name += fmt.Sprintf("-%d", i)
+		}
+		if err := r.Rename(rel, name); err == nil {
+			return filepath.Join(filepath.Dir(rel), name)
+		} else if !strings.Contains(err.Error(), "exists") {
+			return ""
+		}
+	}
+	return ""
+}
+
+// whatGitRuns reads a repository's config (its includes inside the launch
+// dir too) and hooks for what git would run: each line a key, its value
+// and where it is, or a hook.
+func whatGitRuns(r *Root, repo Repo) []string {
+	var out []string
+	configs := []string{filepath.Join(repo.Dir, "config")}
+	for _, f := range repo.Files {
+		if filepath.Dir(f) == repo.Dir && filepath.Base(f) != "config" {
+			configs = append(configs, f)
+		}
+	}
+	configs = append(configs, repo.Includes...)
+	for _, c := range configs {
+		data, err := r.ReadFile(c, 1<<20)
+		if err != nil {
+			continue
+		}
+		for _, e := range parseGitConfig(data) {
+			if what := runsCommand(e); what != "" {
+				out = append(out, fmt.Sprintf("%s = %s: git %s (%s line %d)", e.Name, Quote(e.Value), what, Quote(filepath.Join(r.Path, c)), e.Line))
+			}
+		}
+	}
+	for _, h := range repo.Hooks {
+		entries, err := r.ReadDir(h)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			p := filepath.Join(h, e.Name())
+			info, err := r.Lstat(p)
+			if err != nil || strings.HasSuffix(e.Name(), ".sample") {
+				continue
+			}
+			switch {
+			case info.IsLink():
+				target, _ := r.Readlink(p)
+				out = append(out, fmt.Sprintf("hook %s, a link to %s: git runs what it points to", Quote(filepath.Join(r.Path, p)), Quote(target)))
+			case info.IsRegular() && info.Perm&0o111 != 0:
+				out = append(out, fmt.Sprintf("hook %s: git runs it", Quote(filepath.Join(r.Path, p))))
+			}
+		}
+	}
+	return out
+}
+
+// Lines is the report for the user, one line a finding, then what git
+// would run in each repository; none when there is nothing.
+func (rep Report) Lines() []string {
+	if len(rep.Findings) == 0 && rep.Cut == "" {
+		return nil
+	}
+	var out []string
+	if len(rep.Findings) > 0 {
+		out = append(out, "the agent left files that git or other tools on this machine run or load by themselves; read them (cat -v shows them safely) before you use git or those tools there:")
+	}
+	for _, f := range rep.Findings {
+		p := Quote(filepath.Join(rep.Root, f.Path))
+		switch {
+		case f.Never && f.MovedTo != "":
+			moved := Quote(filepath.Join(rep.Root, f.MovedTo))
+			out = append(out, fmt.Sprintf("  moved aside: %s is now %s: %s. Delete it: rm -- %s", p, moved, f.Why, moved))
+		case f.Never:
+			out = append(out, fmt.Sprintf("  NOT moved aside (do it before you use git there): %s: %s", p, f.Why))
+		case f.New:
+			out = append(out, fmt.Sprintf("  new %s: %s", p, f.Why))
+		default:
+			out = append(out, fmt.Sprintf("  changed %s: %s", p, f.Why))
+		}
+	}
+	dirs := make([]string, 0, len(rep.Runs))
+	for d := range rep.Runs {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		runs := rep.Runs[d]
+		if len(runs) == 0 {
+			out = append(out, fmt.Sprintf("  in %s, git runs no command from its config and no hook", Quote(filepath.Join(rep.Root, d))))
+			continue
+		}
+		out = append(out, fmt.Sprintf("  in %s, git would run:", Quote(filepath.Join(rep.Root, d))))
+		for _, l := range runs {
+			out = append(out, "    "+l)
+		}
+	}
+	if rep.Cut != "" {
+		out = append(out, fmt.Sprintf("  the look for such files stopped %s: what lies deeper in %s was not checked", rep.Cut, Quote(rep.Root)))
+	}
+	return out
+}
