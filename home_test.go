@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"io"
 	"maps"
 	"slices"
@@ -77,7 +78,7 @@ func TestSpecsPassNoProxyVariablesAndProtectTheRepository(t *testing.T) {
 	eng := newFakeEngine()
 	cfg := testConfig(t)
 	cfg.launchDir = repoTree(t)
-	project, err := openProject(cfg.launchDir, "", io.Discard)
+	project, err := openProject(cfg.launchDir, projectdir.Host{}, startScanBound, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

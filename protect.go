@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
@@ -23,16 +25,34 @@ import (
 // no number of files can push a repository out of reach; a walk cut short
 // says so.
 var (
-	startScanBound = projectdir.Bound{Dirs: 50_000, Time: 500 * time.Millisecond}
+	startScanBound = projectdir.Bound{Dirs: 50_000, Time: 2 * time.Second}
 	exitScanBound  = projectdir.Bound{Dirs: 50_000, Time: 2 * time.Second}
 )
+
+// startScanBoundFor is the start's bound, raised by AGENT_SANDBOX_SCAN_DIRS
+// for a tree larger than the default (its time grows with it).
+func startScanBoundFor(set settings) (projectdir.Bound, error) {
+	b := startScanBound
+	if set.scanDirs == "" {
+		return b, nil
+	}
+	n, err := strconv.Atoi(set.scanDirs)
+	if err != nil || n < 1 {
+		return b, fmt.Errorf("AGENT_SANDBOX_SCAN_DIRS=%q: want a whole number of directories, such as 200000", set.scanDirs)
+	}
+	if n > b.Dirs {
+		b.Time = time.Duration(n) * b.Time / time.Duration(b.Dirs)
+		b.Dirs = n
+	}
+	return b, nil
+}
 
 // launchProject is the launch dir as the session found it: open, scanned,
 // planned and stamped. Its zero value (a session that never scanned)
 // mounts and reports nothing.
 type launchProject struct {
 	root   *projectdir.Root
-	home   string
+	host   projectdir.Host
 	tree   projectdir.Tree
 	plan   projectdir.Plan
 	stamps projectdir.Stamps
@@ -40,13 +60,13 @@ type launchProject struct {
 
 // openProject scans dir and refuses it if it holds a socket, a pipe or a
 // link where a protection needs a real file.
-func openProject(dir, home string, out io.Writer) (launchProject, error) {
+func openProject(dir string, host projectdir.Host, bound projectdir.Bound, out io.Writer) (launchProject, error) {
 	root, err := projectdir.OpenRoot(dir)
 	if err != nil {
 		return launchProject{}, fmt.Errorf("cannot read the launch directory %s: %w", dir, err)
 	}
-	p := launchProject{root: root, home: home}
-	if p.tree, err = projectdir.Scan(root, startScanBound, home); err != nil {
+	p := launchProject{root: root, host: host}
+	if p.tree, err = projectdir.Scan(root, bound, host); err != nil {
 		root.Close()
 		return launchProject{}, err
 	}
@@ -58,10 +78,17 @@ func openProject(dir, home string, out io.Writer) (launchProject, error) {
 		root.Close()
 		return launchProject{}, err
 	}
-	if p.tree.Cut != "" {
-		say(out, "the scan of %s stopped %s: repositories and sockets deeper in it are not protected, and what the agent leaves there is not listed; start from a smaller directory", dir, p.tree.Cut)
+	if p.tree.Cut != "" && !mutated("padding-hides") {
+		// What the scan did not reach, the sandbox cannot protect: a
+		// repository there would take config the agent writes.
+		root.Close()
+		return launchProject{}, fmt.Errorf("refusing to mount %s: its scan stopped %s, and what lies beyond was not checked for sockets, links and repositories; "+
+			"start from a smaller directory, or raise AGENT_SANDBOX_SCAN_DIRS (now %d directories)", dir, p.tree.Cut, bound.Dirs)
 	}
 	p.stamps = projectdir.Stamp(root, p.tree)
+	if mutated("no-protections") { // hack/mutation-check: nothing mounted over the launch dir
+		p.plan = projectdir.Plan{}
+	}
 	return p, nil
 }
 
@@ -69,6 +96,22 @@ func (p launchProject) close() {
 	if p.root != nil {
 		p.root.Close()
 	}
+}
+
+// scanHost is what the scan needs of the user's machine: the home, and the
+// user's own git config, whose core.hooksPath applies to every repository.
+func scanHost(set settings) projectdir.Host {
+	h := projectdir.Host{Home: set.home}
+	if set.home != "" {
+		h.GitConfigs = append(h.GitConfigs, filepath.Join(set.home, ".gitconfig"))
+		// Rootless podman's storage, which holds the sandbox's home volume:
+		// outside the launch dir, and written by the agent all the same.
+		h.Forbidden = append(h.Forbidden, filepath.Join(set.home, ".local/share/containers"))
+	}
+	if set.configDir != "" {
+		h.GitConfigs = append(h.GitConfigs, filepath.Join(filepath.Dir(set.configDir), "git", "config"))
+	}
+	return h
 }
 
 // mounts are the read-only protections and the pins over the launch dir.
@@ -89,11 +132,12 @@ func (p launchProject) leftForHost() []string {
 	if p.root == nil {
 		return nil
 	}
-	after, err := projectdir.Scan(p.root, exitScanBound, p.home)
+	rep, err := projectdir.Leave(p.root, p.tree, p.stamps, exitScanBound, p.host)
+	lines := rep.Lines()
 	if err != nil {
-		return []string{fmt.Sprintf("cannot look at %s for what the agent left there (%v): check it before you use git there", p.root.Path, err)}
+		lines = append(lines, fmt.Sprintf("cannot look at %s for what the agent left there (%v): check it before you use git there", p.root.Path, err))
 	}
-	return projectdir.Compare(p.root, p.tree, p.stamps, after, projectdir.Stamp(p.root, after)).Lines()
+	return lines
 }
 
 // claimLaunchDir registers the session's launch dir, refusing one that

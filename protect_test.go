@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func repoTree(t *testing.T) string {
 
 func TestOpenProjectPlansTheProtectionsAndRefusesLinks(t *testing.T) {
 	root := repoTree(t)
-	p, err := openProject(root, "", io.Discard)
+	p, err := openProject(root, projectdir.Host{}, startScanBound, io.Discard)
 	must(t, err)
 	defer p.close()
 	ro := map[string]bool{}
@@ -54,14 +55,14 @@ func TestOpenProjectPlansTheProtectionsAndRefusesLinks(t *testing.T) {
 	// A link where the scan looks for submodules, to the user's home.
 	must(t, os.MkdirAll(filepath.Join(root, "vendor/lib/.git"), 0o755))
 	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "vendor/lib/.git/modules")))
-	if _, err := openProject(root, "", io.Discard); err == nil || !strings.Contains(err.Error(), "vendor/lib/.git/modules is a symbolic link") {
+	if _, err := openProject(root, projectdir.Host{}, startScanBound, io.Discard); err == nil || !strings.Contains(err.Error(), "vendor/lib/.git/modules is a symbolic link") {
 		t.Fatalf("a link in modules/ was not refused: %v", err)
 	}
 }
 
 func TestLeftForHostListsWhatTheAgentLeftAndMovesAsideWhatGitNeverWrites(t *testing.T) {
 	root := repoTree(t)
-	p, err := openProject(root, "", io.Discard)
+	p, err := openProject(root, projectdir.Host{}, startScanBound, io.Discard)
 	must(t, err)
 	defer p.close()
 	if got := p.leftForHost(); len(got) != 0 {

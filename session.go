@@ -100,6 +100,8 @@ type session struct {
 	labels map[string]string
 	undo   cleanupStack
 	files  *routerFiles
+	// releaseClaim gives up the launch dir's claim (protect.go).
+	releaseClaim func() error
 
 	agentStarted, agentExited bool
 }
@@ -150,12 +152,18 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 // run while this one scans and mounts it, then scans it. The claim is
 // pushed first and so released last, once the agent is gone.
 func (s *session) openLaunchDir(runtimeDir string) error {
+	bound, err := startScanBoundFor(s.set)
+	if err != nil {
+		return err
+	}
 	release, err := claimLaunchDir(runtimeDir, s.cfg.name, s.cfg.launchDir)
 	if err != nil {
 		return err
 	}
-	s.undo.push("the claim on "+s.cfg.launchDir, func(context.Context) error { return release() })
-	s.cfg.project, err = openProject(s.cfg.launchDir, s.set.home, s.out)
+	// Released by teardown after everything else, the exit's look at the
+	// tree included: no session may scan the dir while that still runs.
+	s.releaseClaim = release
+	s.cfg.project, err = openProject(s.cfg.launchDir, scanHost(s.set), bound, s.out)
 	return err
 }
 
@@ -174,6 +182,9 @@ func (s *session) makeDirs(runtimeDir string) error {
 	}
 	if err != nil {
 		return refused(err)
+	}
+	if len(cred.creds) > 0 && len(cred.apiAllow) > 0 {
+		say(s.out, "the API rules %s are off (AGENT_SANDBOX_API_ALLOW): requests signed with your key may make the provider reach out where the agent says", strings.Join(cred.apiAllow, ", "))
 	}
 	if cred.dir != "" {
 		s.undo.push("the credential dir "+cred.dir, func(context.Context) error { return os.RemoveAll(cred.dir) })
@@ -472,6 +483,11 @@ func (s *session) teardown(ctx context.Context) {
 		}
 	}
 	s.cfg.project.close()
+	if s.releaseClaim != nil {
+		if rerr := s.releaseClaim(); rerr != nil {
+			err = errors.Join(err, cleanupFailed{"the claim on " + s.cfg.launchDir, rerr})
+		}
+	}
 	if err != nil {
 		report(s.out, errors.New(leftBehind(err)))
 	}
@@ -492,6 +508,9 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
 	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
+	if len(s.cfg.cred.creds) > 0 {
+		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
+	}
 	return left
 }
 

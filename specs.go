@@ -144,6 +144,10 @@ func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerato
 	// user's proxy credentials, and nothing of the user's environment
 	// reaches a container unless named with --env.
 	s.HTTPProxy = ptr(false)
+	if mutated("proxy-env") {
+		// hack/mutation-check: the service's *_proxy variables go in.
+		s.HTTPProxy = ptr(true)
+	}
 	s.SdNotifyMode = define.SdNotifyModeContainer
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -153,6 +154,19 @@ func rowSocketInProject(t *testing.T, ev *evidence) {
 	}
 	wantNothingCreated(t, before, r)
 
+	// A named pipe a host program reads from is refused the same way.
+	fifoDir := launchDir(t)
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, "commands.fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nonceFifo := newNonce(t)
+	rf := runSession(t, sessionOpts{Dir: fifoDir, Cmd: []string{"sh", "-c", "echo ran-" + nonceFifo}})
+	wantCode(t, rf, 1)
+	if want := "holds the named pipe " + filepath.Join(fifoDir, "commands.fifo"); !strings.Contains(rf.Stderr, want) || strings.Contains(rf.Stdout, "ran-"+nonceFifo) {
+		t.Errorf("a dir holding a named pipe was not refused naming it (%q):\n%s", want, indent(rf.Stderr))
+	}
+	wantNothingCreated(t, before, rf)
+
 	// From an ordinary project, the host's socket path is not there.
 	nonce2 := newNonce(t)
 	res, _ := probeSession(t, sessionOpts{}, probe{"connect to the host socket", sendToSocket(hostSock, nonce2)})
@@ -179,7 +193,7 @@ func rowSocketInProject(t *testing.T, ev *evidence) {
 		t.Errorf("opened path: the canary did not hear the plain container's nonce; heard:\n%s", heard)
 	}
 	if !t.Failed() {
-		ev.add("launch refused (exit 1, names the socket); a session's connect to the host socket failed with FileNotFoundError; both canaries heard nothing of the sandbox; a plain container mounting the same dir reached the socket (opened path)")
+		ev.add("launch refused (exit 1, names the socket; a named pipe likewise); a session's connect to the host socket failed with FileNotFoundError; both canaries heard nothing of the sandbox; a plain container mounting the same dir reached the socket (opened path)")
 	}
 }
 

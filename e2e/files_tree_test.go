@@ -184,7 +184,12 @@ func rowGitIndirection(t *testing.T, ev *evidence) {
 	wc := filepath.Join(dir, "wc")
 	initRepo(t, wc)
 	mustGit(t, wc, "config", "extensions.worktreeConfig", "true")
-	writeFile(t, filepath.Join(dir, ".gitignore"), "ca.pem\nremote.git/\nsparse/\nwc/\nevil/\nwt/\nwt2/\n", 0o644)
+	// Two more, for the agent's ways around the move-aside: a git dir made
+	// unlistable, and a commondir that is a link.
+	hidden, linked := filepath.Join(dir, "r2"), filepath.Join(dir, "r3")
+	initRepo(t, hidden)
+	initRepo(t, linked)
+	writeFile(t, filepath.Join(dir, ".gitignore"), "ca.pem\nremote.git/\nsparse/\nwc/\nevil/\nevil2/\nevil3/\nptr\nr2/\nr3/\nwt/\nwt2/\n", 0o644)
 	mustGit(t, dir, "add", ".gitignore")
 	mustGit(t, dir, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "ignore")
 
@@ -207,6 +212,10 @@ func rowGitIndirection(t *testing.T, ev *evidence) {
 		{"sparse checkout", "git -C sparse sparse-checkout set b && ls sparse"},
 		{"a new commondir", evilCommonDir(canary)},
 		{"a new config.worktree", "printf '[core]\\n\\tfsmonitor = touch " + canary + ".wc\\n' > wc/.git/config.worktree && echo written"},
+		{"a commondir in an unlistable git dir", "mkdir evil2 evil2/objects evil2/refs && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch " + canary + ".hidden\\n' > evil2/config && " +
+			"echo ../../evil2 > r2/.git/commondir && chmod 311 r2/.git && echo written"},
+		{"a commondir that is a link", "mkdir evil3 evil3/objects evil3/refs && printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch " + canary + ".link\\n' > evil3/config && " +
+			"echo ../../evil3 > ptr && ln -s ../../ptr r3/.git/commondir && echo written"},
 	}
 	res, r := probeSession(t, sessionOpts{Dir: dir}, append(probes, workflow...)...)
 	for _, w := range writes {
@@ -220,49 +229,66 @@ func rowGitIndirection(t *testing.T, ev *evidence) {
 	wantOK(t, res, "sparse checkout", "b")
 	wantOK(t, res, "a new commondir", "written")
 	wantOK(t, res, "a new config.worktree", "written")
-	// Listed first, moved aside, never where git reads them.
+	wantOK(t, res, "a commondir in an unlistable git dir", "written")
+	wantOK(t, res, "a commondir that is a link", "written")
+	// Listed first, moved aside, never where git reads them. The git dir
+	// the agent made unlistable is said not checked, and given its mode
+	// back here to look (git itself reads it by name either way).
+	if !strings.Contains(r.Stderr, "NOT CHECKED: "+filepath.Join(hidden, ".git")+" cannot be read") {
+		t.Errorf("the unlistable git dir is not said to be unchecked:\n%s", indent(r.Stderr))
+	}
+	os.Chmod(filepath.Join(hidden, ".git"), 0o755)
 	report := reportLines(r.Stderr)
-	for i, p := range []string{filepath.Join(dir, ".git/commondir"), filepath.Join(wc, ".git/config.worktree")} {
-		if len(report) < 3 || !strings.Contains(report[1]+report[2], "moved aside: "+p+" is now "+p+".agent-sandbox-moved") {
+	moved := map[string]string{}
+	for _, p := range []string{filepath.Join(dir, ".git/commondir"), filepath.Join(wc, ".git/config.worktree"), filepath.Join(hidden, ".git/commondir"), filepath.Join(linked, ".git/commondir")} {
+		m, _ := filepath.Glob(p + ".agent-sandbox-moved-*")
+		if len(m) != 1 {
+			t.Errorf("%s was not moved aside: %v", p, m)
+			continue
+		}
+		moved[p] = m[0]
+		if len(report) < 6 || !strings.Contains(strings.Join(report[1:6], "\n"), "moved aside: "+p+" is now "+m[0]) {
 			t.Errorf("%s is not listed first as moved aside:\n%s", p, indent(r.Stderr))
 		}
-		if present(p) || !present(p+".agent-sandbox-moved") {
-			t.Errorf("file %d: %s is still where git reads it", i, p)
+		if present(p) {
+			t.Errorf("%s is still where git reads it", p)
 		}
 	}
-	// The host then uses both repositories as a user does.
-	for _, repo := range []string{dir, wc} {
+	// The host then uses the repositories as a user does.
+	for _, repo := range []string{dir, wc, hidden, linked} {
 		for _, args := range [][]string{{"status"}, {"commit", "-q", "--allow-empty", "-m", "host"}} {
 			if out, err := hostGit(t, repo, args...); err != nil {
 				t.Errorf("host git %s in %s: %v\n%s", strings.Join(args, " "), repo, err, out)
 			}
 		}
 	}
-	for _, c := range []string{canary, canary + ".hook", canary + ".wc"} {
+	for _, c := range []string{canary, canary + ".hook", canary + ".wc", canary + ".hidden", canary + ".link"} {
 		if present(c) {
 			t.Errorf("LEAK: the host ran the agent's command (%s exists)", c)
 		}
 	}
 	// Opened path: the same files back where git reads them, and the
 	// host's own git status runs the agent's fsmonitor.
-	if err := os.Rename(filepath.Join(dir, ".git/commondir.agent-sandbox-moved"), filepath.Join(dir, ".git/commondir")); err != nil {
-		t.Fatal(err)
+	for p, m := range moved {
+		if err := os.Rename(m, p); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.Rename(filepath.Join(wc, ".git/config.worktree.agent-sandbox-moved"), filepath.Join(wc, ".git/config.worktree")); err != nil {
-		t.Fatal(err)
+	for _, repo := range []string{dir, wc, hidden, linked} {
+		hostGit(t, repo, "status")
 	}
-	hostGit(t, dir, "status")
-	hostGit(t, wc, "status")
-	for _, c := range []string{canary, canary + ".wc"} {
+	for _, c := range []string{canary, canary + ".wc", canary + ".hidden", canary + ".link"} {
 		if !present(c) {
 			t.Errorf("opened path: the host's git status with the agent's file in place did not run %s: the canary cannot catch a leak", c)
 		}
 	}
-	os.Remove(filepath.Join(dir, ".git/commondir"))
+	for p := range moved {
+		os.Remove(p)
+	}
 	if !t.Failed() {
 		ev.add("%d writes to existing indirection files failed with EROFS; worktree status, a new worktree, a submodule commit and sparse-checkout set worked inside; "+
-			"the agent's new .git/commondir (to a common dir with an fsmonitor and a hook) and config.worktree were listed first and moved aside; host status and commit ran no canary; "+
-			"put back, the host's git status ran both (opened path)", len(writes))
+			"the agent's new .git/commondir (to a common dir with an fsmonitor and a hook), config.worktree, a commondir in a git dir it made unlistable (chmod 311) and one that is a link were listed first and moved aside; host status and commit ran no canary; "+
+			"put back, the host's git status ran all four (opened path)", len(writes))
 	}
 }
 
@@ -297,6 +323,15 @@ func rowHooksPath(t *testing.T, ev *evidence) {
 	initRepo(t, hm)
 	mustGit(t, hm, "config", "core.hooksPath", ".hooks")
 
+	// A hook that is a link into the work tree, as setups that keep their
+	// hooks in the repository make them.
+	hl := filepath.Join(dir, "hl")
+	initRepo(t, hl)
+	writeFile(t, filepath.Join(hl, "tools/pre-commit"), "#!/bin/sh\nexit 0\n", 0o755)
+	if err := os.Symlink("../../tools/pre-commit", filepath.Join(hl, ".git/hooks/pre-commit")); err != nil {
+		t.Fatal(err)
+	}
+
 	canary := filepath.Join(mkdir(t, "canary-"), "ran")
 	hook := "#!/bin/sh\\ntouch " + canary + "\\n"
 	const ro = "Read-only file system"
@@ -305,6 +340,7 @@ func rowHooksPath(t *testing.T, ev *evidence) {
 		{"add .githooks/post-commit", "printf '" + hook + "' > hp/.githooks/post-commit && chmod +x hp/.githooks/post-commit"},
 		{"edit husky's runner", "printf '" + hook + "' > hk/.husky/_/h"},
 		{"add a hook where hooksPath points", "mkdir -p hm/.hooks; printf '" + hook + "' > hm/.hooks/pre-commit"},
+		{"edit the work-tree file a hook links to", "printf '" + hook + "' > hl/tools/pre-commit"},
 	}
 	var probes []probe
 	for _, a := range attacks {
@@ -321,7 +357,7 @@ func rowHooksPath(t *testing.T, ev *evidence) {
 	if want := "changed " + filepath.Join(hk, ".husky/pre-commit") + ": husky's hooks"; !strings.Contains(r.Stderr, want) {
 		t.Errorf("the edited husky hook is not listed at exit (%q):\n%s", want, indent(r.Stderr))
 	}
-	for _, repo := range []string{hp, hm} {
+	for _, repo := range []string{hp, hm, hl} {
 		if out, err := hostGit(t, repo, "commit", "-q", "--allow-empty", "-m", "host"); err != nil {
 			t.Errorf("host commit in %s: %v\n%s", repo, err, out)
 		}
@@ -336,7 +372,7 @@ func rowHooksPath(t *testing.T, ev *evidence) {
 		t.Errorf("opened path: a post-commit hook in .githooks did not run at the host's commit: the canary cannot catch a leak")
 	}
 	if !t.Failed() {
-		ev.add("%d writes where core.hooksPath points (.githooks, husky's .husky/_/h, a missing .hooks) failed with EROFS; the edit of the tracked .husky/pre-commit was listed at exit; host commits ran no canary; the same hook written on the host ran (opened path)", len(attacks))
+		ev.add("%d writes where core.hooksPath points (.githooks, husky's .husky/_/h, a missing .hooks, the work-tree file a hook links to) failed with EROFS; the edit of the tracked .husky/pre-commit was listed at exit; host commits ran no canary; the same hook written on the host ran (opened path)", len(attacks))
 	}
 }
 
@@ -344,8 +380,9 @@ func rowSafeReport(t *testing.T, ev *evidence) {
 	dir := launchDir(t)
 	canary := filepath.Join(mkdir(t, "canary-"), "ran")
 	name := "a; touch " + canary + ".name; :"
-	script := fmt.Sprintf("git init -q %s && git -C %s config core.pager %s && git -C %s config core.fsmonitor %s && git init -q \"$(printf 'esc\\033[2J\\033[1;1Hforged')\" && echo made",
-		shellQuote(name), shellQuote(name), shellQuote("touch "+canary+".pager; cat"), shellQuote(name), shellQuote("touch "+canary+".fsmonitor"))
+	script := fmt.Sprintf("git init -q %s && git -C %s config core.pager %s && git -C %s config core.fsmonitor %s && git init -q \"$(printf 'esc\\033[2J\\033[1;1Hforged')\" && "+
+		"printf '[filter \"a;touch %s.filter #\"]\\n\\tsmudge = cat\\n' >> %s/.git/config && echo made",
+		shellQuote(name), shellQuote(name), shellQuote("touch "+canary+".pager; cat"), shellQuote(name), shellQuote("touch "+canary+".fsmonitor"), canary, shellQuote(name))
 	res, r := probeSession(t, sessionOpts{Dir: dir}, probe{"make", script})
 	wantOK(t, res, "make", "made")
 	if strings.Contains(r.Stderr, "\x1b") {
@@ -381,7 +418,7 @@ func rowSafeReport(t *testing.T, ev *evidence) {
 			}
 		}
 	}
-	for _, c := range []string{canary + ".name", canary + ".pager", canary + ".fsmonitor"} {
+	for _, c := range []string{canary + ".name", canary + ".pager", canary + ".fsmonitor", canary + ".filter"} {
 		if present(c) {
 			t.Errorf("LEAK: following the exit report ran the agent's command (%s exists)", c)
 		}
@@ -448,7 +485,7 @@ func rowToolFiles(t *testing.T, ev *evidence) {
 		".vscode/mcp.json":                "VS Code starts the MCP servers",
 		".cursor/mcp.json":                "Cursor starts the MCP servers",
 		".devcontainer/devcontainer.json": "initializeCommand",
-		".gemini/settings.json":           "Gemini CLI starts the MCP servers",
+		".gemini/settings.json":           "Gemini CLI loads its settings",
 		".mise.toml":                      "mise runs its hooks",
 		".envrc":                          "direnv runs it",
 		".lfsconfig":                      "git-lfs takes its server",
@@ -527,7 +564,13 @@ func rowOverlap(t *testing.T, ev *evidence) {
 		if strings.Contains(l.Stdout(), "ran-"+nonce) {
 			t.Errorf("LEAK: %s: a session overlapping a running one ran its agent", s.name)
 		}
-		wantNothingCreated(t, before, sessionResult{Code: l.Code, HomeVolume: l.Home})
+		// Only what bears the refused launcher's pid is its own: the
+		// running session's objects are there throughout.
+		for _, obj := range newObjects(before, podmanInventory(t)) {
+			if m := sessionPID.FindStringSubmatch(obj); m != nil && m[1] == fmt.Sprint(l.Pid()) || strings.Contains(obj, l.Home) {
+				t.Errorf("%s: the refused session created %s", s.name, obj)
+			}
+		}
 	}
 	stop()
 	running.wantCode(0)

@@ -14,9 +14,11 @@
 package projectdir
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,9 +171,10 @@ type FileID struct {
 
 // Info is what lstat says of a path below the root.
 type Info struct {
-	ID   FileID
-	Perm os.FileMode
-	Size int64
+	ID    FileID
+	Perm  os.FileMode
+	Size  int64
+	Links uint64 // hard links
 }
 
 // IsDir, IsRegular and IsLink tell the file's type.
@@ -205,7 +208,7 @@ func (r *Root) Lstat(rel string) (Info, error) {
 }
 
 func infoOf(st *unix.Stat_t) Info {
-	return Info{ID: FileID{Dev: uint64(st.Dev), Ino: st.Ino, Mode: st.Mode & unix.S_IFMT}, Perm: os.FileMode(st.Mode & 0o7777), Size: st.Size}
+	return Info{ID: FileID{Dev: uint64(st.Dev), Ino: st.Ino, Mode: st.Mode & unix.S_IFMT}, Perm: os.FileMode(st.Mode & 0o7777), Size: st.Size, Links: uint64(st.Nlink)}
 }
 
 // Stat is Lstat of an opened path: the file the descriptor holds.
@@ -229,26 +232,90 @@ func (r *Root) ReadDir(rel string) ([]os.DirEntry, error) {
 	return f.ReadDir(-1)
 }
 
-// readDirChunks lists rel a chunk at a time, so that a directory holding
-// a million names can be cut short by a deadline.
-func (r *Root) readDirChunks(rel string, each func([]os.DirEntry) bool) error {
+// scanNames lists rel by name and type as getdents gives them, without a
+// stat or an allocation per entry: the name is valid during the call
+// only. each returning false stops the listing.
+func (r *Root) scanNames(rel string, each func(name []byte, typ fs.FileMode) bool) error {
 	f, err := r.open(rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	fd := int(f.Fd())
+	buf := make([]byte, 256<<10)
 	for {
-		entries, err := f.ReadDir(4096)
-		if len(entries) > 0 && !each(entries) {
-			return nil
-		}
-		if err == io.EOF {
-			return nil
-		}
+		n, err := unix.Getdents(fd, buf)
 		if err != nil {
-			return err
+			return &os.PathError{Op: "getdents", Path: f.Name(), Err: err}
+		}
+		if n <= 0 {
+			return nil
+		}
+		for off := 0; off < n; {
+			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
+			reclen := int(uint16(buf[off+16]) | uint16(buf[off+17])<<8)
+			typ := buf[off+18]
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			off += reclen
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			mode, ok := direntMode(typ)
+			if !ok {
+				// DT_UNKNOWN (some file systems): ask.
+				var st unix.Stat_t
+				if unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+					continue
+				}
+				mode = infoOf(&st).mode()
+			}
+			if !each(name, mode) {
+				return nil
+			}
 		}
 	}
+}
+
+func direntMode(t byte) (fs.FileMode, bool) {
+	switch t {
+	case unix.DT_REG:
+		return 0, true
+	case unix.DT_DIR:
+		return fs.ModeDir, true
+	case unix.DT_LNK:
+		return fs.ModeSymlink, true
+	case unix.DT_SOCK:
+		return fs.ModeSocket, true
+	case unix.DT_FIFO:
+		return fs.ModeNamedPipe, true
+	case unix.DT_CHR:
+		return fs.ModeDevice | fs.ModeCharDevice, true
+	case unix.DT_BLK:
+		return fs.ModeDevice, true
+	}
+	return 0, false
+}
+
+// mode is the type bits as an fs.FileMode.
+func (i Info) mode() fs.FileMode {
+	switch i.ID.Mode {
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	}
+	return 0
 }
 
 // ReadFile reads at most limit bytes of the regular file rel.
@@ -268,22 +335,31 @@ func (r *Root) ReadFile(rel string, limit int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 
+// parent opens the directory that holds rel, through real directories,
+// and returns its descriptor, rel's last component and how to close it.
+func (r *Root) parent(rel string) (int, string, func(), error) {
+	rel, err := clean(rel)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	dir, base := filepath.Split(rel)
+	if dir == "" {
+		return r.fd, base, func() {}, nil
+	}
+	f, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	return int(f.Fd()), base, func() { f.Close() }, nil
+}
+
 // Readlink reads the link rel (a link in the last component only).
 func (r *Root) Readlink(rel string) (string, error) {
-	rel, err := clean(rel)
+	d, base, done, err := r.parent(rel)
 	if err != nil {
 		return "", err
 	}
-	dir, base := filepath.Split(rel)
-	d := r.fd
-	if dir != "" {
-		f, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
-		if err != nil {
-			return "", err
-		}
-		defer f.Close()
-		d = int(f.Fd())
-	}
+	defer done()
 	buf := make([]byte, 4096)
 	n, err := unix.Readlinkat(d, base, buf)
 	if err != nil {
@@ -295,24 +371,47 @@ func (r *Root) Readlink(rel string) (string, error) {
 // Rename moves rel to a new name in the same directory, never replacing
 // what is there.
 func (r *Root) Rename(rel, newBase string) error {
-	rel, err := clean(rel)
+	d, base, done, err := r.parent(rel)
 	if err != nil {
 		return err
 	}
-	dir, base := filepath.Split(rel)
-	d := r.fd
-	if dir != "" {
-		f, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		d = int(f.Fd())
-	}
+	defer done()
 	if err := unix.Renameat2(d, base, d, newBase, unix.RENAME_NOREPLACE); err != nil {
 		return &os.PathError{Op: "rename", Path: filepath.Join(r.Path, rel), Err: err}
 	}
 	return nil
+}
+
+// Remove unlinks the file rel (not a directory).
+func (r *Root) Remove(rel string) error {
+	d, base, done, err := r.parent(rel)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return unix.Unlinkat(d, base, 0)
+}
+
+// makeWritable gives the owner write and search rights on the directory
+// rel (whatever read rights it has: the agent may have taken them), and
+// returns how to put its mode back.
+func (r *Root) makeWritable(rel string) func() {
+	info, err := r.Lstat(rel)
+	if err != nil || !info.IsDir() {
+		return func() {}
+	}
+	d, base, done, err := r.parent(rel)
+	if err != nil {
+		return func() {}
+	}
+	if unix.Fchmodat(d, base, uint32(info.Perm)|0o300, 0) != nil {
+		done()
+		return func() {}
+	}
+	return func() {
+		_ = unix.Fchmodat(d, base, uint32(info.Perm), 0)
+		done()
+	}
 }
 
 // Check reports whether rel is, through real directories, the file the

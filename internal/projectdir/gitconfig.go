@@ -1,6 +1,7 @@
 package projectdir
 
 import (
+	"bytes"
 	"strings"
 )
 
@@ -31,6 +32,8 @@ func (e ConfigEntry) parts() (section, subsection, key string) {
 // continuation lines and comments. A line git would reject is skipped:
 // git then refuses the whole file, and runs nothing from it.
 func parseGitConfig(data []byte) []ConfigEntry {
+	// git skips a UTF-8 byte order mark at the start of the file.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	p := configParser{src: string(data), line: 1}
 	return p.parse()
 }
@@ -113,7 +116,7 @@ func (p *configParser) header() bool {
 			// The old [section.sub] form: the whole name lowercased.
 			p.section = strings.ToLower(name.String())
 			return p.section != ""
-		case c == ' ' || c == '\t':
+		case c == ' ' || c == '\t' || c == '\r':
 			return p.subsection(strings.ToLower(name.String()))
 		case isAlnum(c) || c == '-' || c == '.':
 			name.WriteByte(c)
@@ -129,7 +132,7 @@ func (p *configParser) subsection(section string) bool {
 		if !ok || c == '\n' {
 			return false
 		}
-		if c == ' ' || c == '\t' {
+		if c == ' ' || c == '\t' || c == '\r' {
 			continue
 		}
 		if c != '"' {
@@ -193,6 +196,10 @@ func (p *configParser) variable() {
 		if !ok {
 			return
 		}
+		// git holds values as C strings: a NUL ends one.
+		if i := strings.IndexByte(v, 0); i >= 0 {
+			v = v[:i]
+		}
 		e.Value = v
 	default:
 		p.skipLine()
@@ -245,10 +252,8 @@ func (p *configParser) value() (string, bool) {
 			case c == 't':
 				b.WriteByte('\t')
 			case c == 'b':
-				if s := b.String(); len(s) > 0 {
-					b.Reset()
-					b.WriteString(s[:len(s)-1])
-				}
+				// git keeps the backspace byte itself.
+				b.WriteByte('\b')
 			case c == '"' || c == '\\':
 				b.WriteByte(c)
 			default:
@@ -296,8 +301,18 @@ func runsCommand(e ConfigEntry) string {
 		return "runs it for git diff"
 	case "credential.helper":
 		return "runs it and hands it credentials"
-	case "gpg.program", "gpg.ssh.program", "gpg.ssh.defaultkeycommand", "gpg.x509.program", "gpg.openpgp.program":
+	case "gpg.program":
 		return "runs it to sign and verify"
+	case "imap.tunnel":
+		return "runs it for git imap-send"
+	case "sendemail.smtpserver":
+		if strings.HasPrefix(e.Value, "/") {
+			return "runs it for git send-email"
+		}
+	case "protocol.allow":
+		return "allows transports (ext:: runs a command)"
+	case "http.proxy":
+		return "sends remote traffic there"
 	case "uploadpack.packobjectshook":
 		return "runs it to serve fetches"
 	case "interactive.difffilter":
@@ -309,9 +324,19 @@ func runsCommand(e ConfigEntry) string {
 	case "extensions.worktreeconfig":
 		return "reads config.worktree as config"
 	}
+	switch e.Name {
+	case "gpg.ssh.program", "gpg.ssh.defaultkeycommand", "gpg.x509.program", "gpg.openpgp.program":
+		return "runs it to sign and verify"
+	}
 	switch {
-	case section == "alias" && strings.HasPrefix(e.Value, "!"):
+	case section == "alias" && (strings.HasPrefix(e.Value, "!") || strings.Contains(e.Value, "-c ") || strings.Contains(e.Value, "--config-env")):
 		return "runs it as git " + key
+	case section == "tar" && key == "command":
+		return "runs it for git archive"
+	case section == "lfs" && (key == "path" || key == "clean" || key == "smudge" || key == "process"):
+		return "git-lfs runs it"
+	case section == "hook" && (key == "command" || key == "event"):
+		return "runs it as a hook"
 	case section == "pager" && sub == "" && !isBool:
 		return "pipes git " + key + "'s output through it"
 	case section == "sendemail" && strings.HasSuffix(key, "cmd"):

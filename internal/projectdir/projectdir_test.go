@@ -63,7 +63,7 @@ func scan(t *testing.T, root string) (*Root, Tree) {
 	r, err := OpenRoot(root)
 	must(t, err)
 	t.Cleanup(func() { r.Close() })
-	tree, err := Scan(r, wide, "/nonexistent-home")
+	tree, err := Scan(r, wide, Host{Home: "/nonexistent-home"})
 	must(t, err)
 	return r, tree
 }
@@ -232,7 +232,7 @@ func TestPaddingCannotHideARepository(t *testing.T) {
 	r, err := OpenRoot(root)
 	must(t, err)
 	defer r.Close()
-	tree, err := Scan(r, Bound{Dirs: 50_000, Time: 10 * time.Second}, "")
+	tree, err := Scan(r, Bound{Dirs: 50_000, Time: 10 * time.Second}, Host{})
 	must(t, err)
 	if tree.Cut != "" || len(tree.Repos) != 1 || tree.Repos[0].Dir != "zzz/nested/.git" {
 		t.Fatalf("60,000 files hid the repository: cut %q, repos %v", tree.Cut, tree.Repos)
@@ -241,7 +241,7 @@ func TestPaddingCannotHideARepository(t *testing.T) {
 	for i := range 20 {
 		must(t, os.Mkdir(filepath.Join(root, fmt.Sprintf("d%02d", i)), 0o755))
 	}
-	tree, err = Scan(r, Bound{Dirs: 10, Time: 10 * time.Second}, "")
+	tree, err = Scan(r, Bound{Dirs: 10, Time: 10 * time.Second}, Host{})
 	must(t, err)
 	if tree.Cut != "after 10 directories" {
 		t.Errorf("cut = %q", tree.Cut)
@@ -317,13 +317,13 @@ func TestCompareMovesAsideWhatGitNeverWritesAndListsItFirst(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
 			t.Errorf("%s was not moved aside", p)
 		}
-		if _, err := os.Lstat(filepath.Join(root, p+".agent-sandbox-moved")); err != nil {
-			t.Errorf("%s is not where the report says", p)
+		if m, _ := filepath.Glob(filepath.Join(root, p+".agent-sandbox-moved-*")); len(m) != 1 || !strings.Contains(strings.Join(rep.Lines(), "\n"), "is now "+m[0]) {
+			t.Errorf("%s is not where the report says (%v)", p, m)
 		}
 	}
 	for _, want := range []string{
 		"moved aside: " + filepath.Join(root, ".git/commondir"),
-		"rm -- " + filepath.Join(root, ".git/commondir.agent-sandbox-moved"),
+		"rm -- " + filepath.Join(root, ".git/commondir.agent-sandbox-moved-"),
 		"new " + Quote(filepath.Join(root, evil, ".git")),
 		"core.fsmonitor = 'touch /tmp/z'",
 		"alias.st = '!sh -c x'",
@@ -388,5 +388,214 @@ func TestParseGitConfigReadsWhatGitReads(t *testing.T) {
 	}
 	if runs != 5 {
 		t.Errorf("%d entries run commands, want 5 (fsmonitor, pager, alias, textconv, includeIf)", runs)
+	}
+}
+
+// A read-only file with another name could be changed through it; a link
+// in a hook dir makes its target a hook.
+func TestHardLinksAndHookLinksAreHandled(t *testing.T) {
+	root := repo(t)
+	must(t, os.Link(filepath.Join(root, ".git/config"), filepath.Join(root, "notes.txt")))
+	r, tree := scan(t, root)
+	if _, err := NewPlan(r, tree); err == nil || !strings.Contains(err.Error(), "has 2 hard links") {
+		t.Fatalf("a hard-linked config was not refused: %v", err)
+	}
+	must(t, os.Remove(filepath.Join(root, "notes.txt")))
+	files(t, root, map[string]string{"tools/pre-commit": "#!/bin/sh\n"})
+	must(t, os.Symlink("../../tools/pre-commit", filepath.Join(root, ".git/hooks/pre-commit")))
+	r, tree = scan(t, root)
+	plan, err := NewPlan(r, tree)
+	must(t, err)
+	if !slices.Contains(plan.ReadOnly, "tools/pre-commit") {
+		t.Errorf("the hook a link points to is not read-only: %q", plan.ReadOnly)
+	}
+}
+
+func TestTheUsersOwnHooksPathIsFollowedIntoEveryRepository(t *testing.T) {
+	root := repo(t)
+	global := filepath.Join(t.TempDir(), "gitconfig")
+	must(t, os.WriteFile(global, []byte("[core]\n\thooksPath = .githooks\n"), 0o644))
+	files(t, root, map[string]string{".githooks/pre-commit": "#!/bin/sh\n"})
+	r, err := OpenRoot(root)
+	must(t, err)
+	defer r.Close()
+	tree, err := Scan(r, wide, Host{GitConfigs: []string{global}})
+	must(t, err)
+	plan, err := NewPlan(r, tree)
+	must(t, err)
+	if !slices.Contains(plan.ReadOnly, ".githooks") {
+		t.Errorf("the hooks dir the user's own hooksPath names is not read-only: %q", plan.ReadOnly)
+	}
+}
+
+// leave is the end of a session over root: the report's lines.
+func leave(t *testing.T, r *Root, before Tree, bs Stamps) string {
+	t.Helper()
+	rep, err := Leave(r, before, bs, wide, Host{})
+	must(t, err)
+	return strings.Join(rep.Lines(), "\n")
+}
+
+func movedAside(t *testing.T, p string) bool {
+	t.Helper()
+	m, _ := filepath.Glob(p + ".agent-sandbox-moved-*")
+	_, err := os.Lstat(p)
+	return len(m) > 0 && err != nil
+}
+
+// The hostile review's ways around the move-aside (issue 19): each leaves
+// the agent's commondir where git reads it unless handled.
+func TestNeverLegitimateFilesAreMovedAsideWhateverTheAgentDid(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		do   func(root string)
+	}{
+		{"an unlistable .git (chmod 311)", func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, ".git/commondir"), []byte("../evil\n"), 0o644))
+			must(t, os.Chmod(filepath.Join(root, ".git"), 0o311))
+		}},
+		{"an unwritable .git (chmod 555)", func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, ".git/commondir"), []byte("../evil\n"), 0o644))
+			must(t, os.Chmod(filepath.Join(root, ".git"), 0o555))
+		}},
+		{"commondir as a link", func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "ptr"), []byte("../evil\n"), 0o644))
+			must(t, os.Symlink("../ptr", filepath.Join(root, ".git/commondir")))
+		}},
+		{"names taken where it would go", func(root string) {
+			for i := range 120 {
+				must(t, os.WriteFile(filepath.Join(root, fmt.Sprintf(".git/commondir.agent-sandbox-moved-%d", i)), nil, 0o644))
+			}
+			must(t, os.WriteFile(filepath.Join(root, ".git/commondir"), []byte("../evil\n"), 0o644))
+		}},
+		{"a worktree's own config.worktree", func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, ".git/worktrees/wt/config.worktree.x"), nil, 0o644))
+			must(t, os.Remove(filepath.Join(root, ".git/worktrees/wt/config.worktree.x")))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := repo(t)
+			if c.name == "a worktree's own config.worktree" {
+				must(t, os.Remove(filepath.Join(root, ".git/worktrees/wt/config.worktree")))
+			}
+			r, before := scan(t, root)
+			bs := Stamp(r, before)
+			target := filepath.Join(root, ".git/commondir")
+			if c.name == "a worktree's own config.worktree" {
+				target = filepath.Join(root, ".git/worktrees/wt/config.worktree")
+				must(t, os.WriteFile(target, []byte("[core]\n\tfsmonitor = x\n"), 0o644))
+			}
+			c.do(root)
+			defer os.Chmod(filepath.Join(root, ".git"), 0o755)
+			text := leave(t, r, before, bs)
+			os.Chmod(filepath.Join(root, ".git"), 0o755)
+			if !movedAside(t, target) || !strings.Contains(text, "moved aside: "+target) {
+				t.Errorf("%s is still where git reads it:\n%s", target, text)
+			}
+		})
+	}
+}
+
+// A directory the scan could not read (the agent can chmod what it owns;
+// e2e row 32 does, as the rootless user) refuses the next session.
+func TestWhatTheScanCouldNotReadRefusesTheSession(t *testing.T) {
+	root := t.TempDir()
+	tree := Tree{Problems: []string{Quote(filepath.Join(root, "vendor")) + " cannot be read (permission denied)"}}
+	if err := tree.Refusal(root); err == nil || !strings.Contains(err.Error(), "vendor cannot be read") || !strings.Contains(err.Error(), "chmod u+rwx") {
+		t.Fatalf("refusal = %v", err)
+	}
+}
+
+// What git reads, the scan reads alike: a byte order mark, a backspace
+// escape, a NUL, a CR in a header; a path through a link up the tree.
+func TestTheScanReadsConfigAsGitDoes(t *testing.T) {
+	root := repo(t)
+	files(t, root, map[string]string{".git/config": "\xef\xbb\xbf[core]\n\tfsmonitor = touch x\n[include]\n\tpath = ../a\\bb.cfg\n[includeIf\r\"gitdir:/\"]\n\tpath = ../c.cfg\x00decoy\n"})
+	r, tree := scan(t, root)
+	var inc []string
+	for _, repo := range tree.Repos {
+		if repo.Dir == ".git" {
+			inc = repo.Includes
+		}
+	}
+	if !slices.Equal(inc, []string{"a\bb.cfg", "c.cfg"}) {
+		t.Errorf("includes = %q, want the backspace kept and the NUL ending the path", inc)
+	}
+	var main Repo
+	for _, repo := range tree.Repos {
+		if repo.Dir == ".git" {
+			main = repo
+		}
+	}
+	runs := strings.Join(whatGitRuns(r, main), "\n")
+	if !strings.Contains(runs, "core.fsmonitor = 'touch x'") {
+		t.Errorf("the fsmonitor behind a byte order mark is not shown:\n%s", runs)
+	}
+	// ../sub/../evil.cfg, where sub is a link: git goes through the link.
+	root2 := repo(t)
+	files(t, root2, map[string]string{".git/config": "[include]\n\tpath = ../sub/../evil.cfg\n", "a/b/": ""})
+	must(t, os.Symlink("a/b", filepath.Join(root2, "sub")))
+	_, tree2 := scan(t, root2)
+	if err := tree2.Refusal(root2); err == nil || !strings.Contains(err.Error(), "sub is a symbolic link") {
+		t.Errorf("an include through a link was not refused: %v", err)
+	}
+}
+
+func TestGitDirsAreFoundAsGitFindsThem(t *testing.T) {
+	// The launch dir itself made a git dir, and one whose HEAD is a link.
+	root := t.TempDir()
+	files(t, root, map[string]string{"HEAD": "ref: refs/heads/main\n", "config": "[core]\n\tbare = false\n\tworktree = .\n", "objects/": "", "refs/": "",
+		"src/x.go": "package x\n", "b/objects/": "", "b/refs/": "", "b/config": "[core]\n"})
+	must(t, os.Symlink("refs/heads/main", filepath.Join(root, "b/HEAD")))
+	r, tree := scan(t, root)
+	var dirs []string
+	for _, repo := range tree.Repos {
+		dirs = append(dirs, repo.Dir)
+	}
+	slices.Sort(dirs)
+	if !slices.Equal(dirs, []string{".", "b"}) {
+		t.Fatalf("repos = %q", dirs)
+	}
+	plan, err := NewPlan(r, tree)
+	must(t, err)
+	if !slices.Contains(plan.ReadOnly, "config") || !slices.Contains(plan.ReadOnly, "b/config") {
+		t.Errorf("read-only = %q", plan.ReadOnly)
+	}
+	// A separate git dir: hooksPath is the work tree's, where the .git file
+	// is.
+	root2 := t.TempDir()
+	files(t, root2, map[string]string{"proj/.git": "gitdir: ../store/proj.git\n", "proj/.husky/_/h": "#!/bin/sh\n",
+		"store/proj.git/HEAD": "x", "store/proj.git/config": "[core]\n\thooksPath = .husky/_\n", "store/proj.git/objects/": "", "store/proj.git/refs/": ""})
+	r2, tree2 := scan(t, root2)
+	plan2, err := NewPlan(r2, tree2)
+	must(t, err)
+	if !slices.Contains(plan2.ReadOnly, "proj/.husky/_") {
+		t.Errorf("the work tree's hooks path is not read-only: %q", plan2.ReadOnly)
+	}
+}
+
+func TestAPointerIntoPodmansStorageIsRefused(t *testing.T) {
+	root := repo(t)
+	storage := t.TempDir()
+	files(t, storage, map[string]string{"vol/_data/g/HEAD": "x"})
+	files(t, root, map[string]string{"sub/.git": "gitdir: " + filepath.Join(storage, "vol/_data/g") + "\n"})
+	r, err := OpenRoot(root)
+	must(t, err)
+	defer r.Close()
+	tree, err := Scan(r, wide, Host{Forbidden: []string{storage}})
+	must(t, err)
+	if err := tree.Refusal(root); err == nil || !strings.Contains(err.Error(), "where the agent writes outside the launch dir") {
+		t.Errorf("a .git file into podman's storage was not refused: %v", err)
+	}
+}
+
+func TestAConfigSectionNameIsQuotedInTheReport(t *testing.T) {
+	root := repo(t)
+	r, before := scan(t, root)
+	bs := Stamp(r, before)
+	files(t, root, map[string]string{"n/.git/HEAD": "x", "n/.git/config": "[filter \"a;touch /tmp/p #\"]\n\tsmudge = cat\n[filter \"\x1b]52;c;x\a\"]\n\tclean = cat\n"})
+	text := leave(t, r, before, bs)
+	if strings.ContainsAny(text, "\x1b\a") || !strings.Contains(text, "'filter.a;touch /tmp/p #.smudge'") {
+		t.Errorf("a section name reached the report unquoted:\n%q", text)
 	}
 }

@@ -30,7 +30,15 @@ func (t Tree) Refusal(root string) error {
 			more = fmt.Sprintf(" (and %d more)", n)
 		}
 		return fmt.Errorf("refusing to mount %s: it holds %s %s%s, through which the agent could reach the program on the other end; "+
-			"start from a directory without sockets, pipes or devices, or move it out", root, s.Kind, filepath.Join(root, s.Path), more)
+			"start from a directory without sockets, pipes or devices, or move it out", Quote(root), s.Kind, Quote(filepath.Join(root, s.Path)), more)
+	}
+	if len(t.Problems) > 0 {
+		more := ""
+		if n := len(t.Problems) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %d more)", n)
+		}
+		return fmt.Errorf("refusing to mount %s: %s%s, so the sandbox cannot tell what git or an agent on this machine would run from it; "+
+			"make it readable (chmod u+rwx), or start from a directory without it", Quote(root), t.Problems[0], more)
 	}
 	if len(t.Links) > 0 && !mutated("links-followed") {
 		l := t.Links[0]
@@ -45,7 +53,7 @@ func (t Tree) Refusal(root string) error {
 		}
 		return fmt.Errorf("refusing to mount %s: %s is a symbolic link%s where agent-sandbox protects %s%s; "+
 			"git or an agent on this machine would follow it, and protecting it would mount what it points to. "+
-			"Remove it (rm %s) or put the real file or directory there, then start again", root, p, to, l.Role, more, p)
+			"Remove it (rm %s) or put the real file or directory there, then start again", Quote(root), p, to, l.Role, more, p)
 	}
 	return nil
 }
@@ -97,7 +105,7 @@ func NewPlan(r *Root, t Tree) (Plan, error) {
 				}
 			}
 		}
-		for _, inc := range repo.Includes {
+		for _, inc := range append(slices.Clone(repo.Includes), repo.HookTargets...) {
 			if info, err := r.Lstat(inc); err == nil && info.IsRegular() {
 				ro[inc] = true
 			}
@@ -135,7 +143,60 @@ func NewPlan(r *Root, t Tree) (Plan, error) {
 		}
 		p.IDs[rel] = info.ID
 	}
+	// Only what is read-only: a pinned .git holds objects that a local
+	// clone hard-links, and may.
+	for _, rel := range p.ReadOnly {
+		if info, err := r.Lstat(rel); err == nil && rel != "." {
+			if err := hardLinked(r, rel, info); err != nil {
+				return Plan{}, err
+			}
+		}
+	}
 	return p, nil
+}
+
+// hardLinked refuses a read-only file (or a file anywhere below a
+// read-only dir) with another name: through that name, which no mount
+// covers, the agent could change what the mount keeps read-only. git never
+// makes hard links to its config or hooks (a clone links objects only).
+func hardLinked(r *Root, rel string, info Info) error {
+	check := func(p string, i Info) error {
+		if i.IsRegular() && i.Links > 1 && !mutated("no-protections") {
+			q := Quote(filepath.Join(r.Path, p))
+			return fmt.Errorf("refusing to mount %s: %s has %d hard links, and through another name the agent could change it while it is read-only; "+
+				"give it a name of its own (cp -p %s %s.tmp && mv %s.tmp %s), then start again", Quote(r.Path), q, i.Links, q, q, q, q)
+		}
+		return nil
+	}
+	if !info.IsDir() {
+		return check(rel, info)
+	}
+	queue, budget := []string{rel}, 4096
+	for len(queue) > 0 && budget > 0 {
+		dir := queue[0]
+		queue = queue[1:]
+		entries, err := r.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			switch {
+			case e.IsDir():
+				queue = append(queue, p)
+			case e.Type().IsRegular():
+				if budget--; budget < 0 {
+					return nil
+				}
+				if i, err := r.Lstat(p); err == nil {
+					if err := check(p, i); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -1,8 +1,10 @@
 package projectdir
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,59 +25,74 @@ type Stamps map[string]string
 // repoMark is a repository's own stamp: its mere appearance counts.
 const repoMark = "repository"
 
-// Stamp digests what the host would run or load in t.
+// Stamp digests what the host would run or load in t. What it reads is
+// bounded (files already read by another name are not read again, and
+// past a budget a file is stamped by its size and inode alone), so that no
+// tree the agent builds can hold the exit up.
 func Stamp(r *Root, t Tree) Stamps {
-	s := Stamps{}
+	st := &stamper{r: r, s: Stamps{}, seen: map[FileID]string{}, budget: 256 << 20, deadline: time.Now().Add(3 * time.Second)}
 	for _, repo := range t.Repos {
-		s[repo.Dir+"/"] = repoMark
+		st.s[repo.Dir+"/"] = repoMark
 		for _, f := range repo.Files {
-			s.add(r, f)
+			st.add(f)
 		}
 		for _, h := range repo.Hooks {
-			s.addTree(r, h, 256)
+			st.addTree(h, 4096)
 		}
-		for _, inc := range repo.Includes {
-			s.add(r, inc)
+		for _, inc := range append(slices.Clone(repo.Includes), repo.HookTargets...) {
+			st.add(inc)
 		}
 	}
 	for _, f := range t.GitFiles {
-		s.add(r, f)
+		st.add(f)
 	}
 	for _, d := range t.Settings {
-		s.addTree(r, d, 1024)
+		st.addTree(d, 4096)
 	}
 	for _, d := range t.Tools {
-		s.addTree(r, d, 256)
+		st.addTree(d, 4096)
 	}
 	for _, l := range t.Links {
-		s[l.Path] = "link:" + l.Target
+		if _, ok := st.s[l.Path]; !ok {
+			st.s[l.Path] = "link:" + l.Target
+		}
 	}
-	return s
+	return st.s
 }
 
-func (s Stamps) add(r *Root, rel string) {
-	if d, ok := digest(r, rel); ok {
-		s[rel] = d
+type stamper struct {
+	r        *Root
+	s        Stamps
+	seen     map[FileID]string
+	budget   int64
+	deadline time.Time
+}
+
+func (st *stamper) add(rel string) {
+	if d, ok := st.digest(rel); ok {
+		st.s[rel] = d
 	}
 }
 
 // addTree stamps rel and, if it is a directory, the files below it, up to
-// limit of them, without following links.
-func (s Stamps) addTree(r *Root, rel string, limit int) {
-	info, err := r.Lstat(rel)
+// limit of them, without following links; a directory holding more is
+// stamped as such, so the report says it was not read whole.
+func (st *stamper) addTree(rel string, limit int) {
+	info, err := st.r.Lstat(rel)
 	if err != nil {
 		return
 	}
 	if !info.IsDir() {
-		s.add(r, rel)
+		st.add(rel)
 		return
 	}
 	queue := []string{rel}
-	for len(queue) > 0 && limit > 0 {
+	for len(queue) > 0 {
 		dir := queue[0]
 		queue = queue[1:]
-		entries, err := r.ReadDir(dir)
+		entries, err := st.r.ReadDir(dir)
 		if err != nil {
+			st.s[dir+"/"] = "unreadable"
 			continue
 		}
 		for _, e := range entries {
@@ -84,43 +102,54 @@ func (s Stamps) addTree(r *Root, rel string, limit int) {
 				continue
 			}
 			if limit--; limit < 0 {
+				st.s[rel+"/"] = "too many files"
 				return
 			}
-			s.add(r, p)
+			st.add(p)
 		}
 	}
 }
 
 // digest hashes a regular file with its mode, and a link as its target
 // (whatever follows it gets that).
-func digest(r *Root, rel string) (string, bool) {
-	info, err := r.Lstat(rel)
+func (st *stamper) digest(rel string) (string, bool) {
+	info, err := st.r.Lstat(rel)
 	if err != nil {
 		return "", false
 	}
-	h := sha256.New()
 	switch {
 	case info.IsLink():
-		target, err := r.Readlink(rel)
+		target, err := st.r.Readlink(rel)
 		if err != nil {
 			return "", false
 		}
 		return "link:" + target, true
-	case info.IsRegular():
-		f, err := r.open(rel, unix.O_RDONLY)
-		if err != nil {
-			return "", false
-		}
-		defer f.Close()
-		// Hooks and configs are small; a huge one is still bounded.
-		if _, err := io.Copy(h, io.LimitReader(f, 8<<20)); err != nil {
-			return "", false
-		}
-		fmt.Fprintf(h, "mode:%o", info.Perm)
-	default:
+	case !info.IsRegular():
 		return "", false
 	}
-	return hex.EncodeToString(h.Sum(nil)), true
+	if d, ok := st.seen[info.ID]; ok {
+		return d, true
+	}
+	if st.budget < info.Size || time.Now().After(st.deadline) {
+		// Past the budget: by what stat says, which still changes when the
+		// agent rewrites the file.
+		return fmt.Sprintf("stat:%d:%d:%o", info.ID.Ino, info.Size, info.Perm), true
+	}
+	f, err := st.r.open(rel, unix.O_RDONLY)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, 16<<20))
+	if err != nil {
+		return "", false
+	}
+	st.budget -= n
+	fmt.Fprintf(h, "mode:%o", info.Perm)
+	d := hex.EncodeToString(h.Sum(nil))
+	st.seen[info.ID] = d
+	return d, true
 }
 
 // Finding is one file the agent added or changed that the host would run
@@ -139,6 +168,8 @@ type Finding struct {
 type Report struct {
 	Root     string
 	Findings []Finding
+	// Problems are what the last look could not read.
+	Problems []string
 	// Runs are, for each repository that is new or changed, what git
 	// would run there, read from its files.
 	Runs map[string][]string
@@ -170,13 +201,21 @@ func Compare(r *Root, before Tree, bs Stamps, after Tree, as Stamps) Report {
 			f.Path = strings.TrimSuffix(p, "/")
 			f.Why = "a new repository: git on this machine runs its config and hooks wherever you use git in " + workTreeOf(repo, r.Path)
 			touched[repo.Dir] = true
+		case inRepo && !strings.HasSuffix(as[p], "/"):
+			// By path before type: a link where git reads a never
+			// legitimate file is as never legitimate as the file.
+			f.Why, f.Never = gitFileWhy(repo, p, oldRepos, bs)
+			if target, ok := strings.CutPrefix(as[p], "link:"); ok {
+				f.Why = "a symbolic link to " + Quote(target) + ", which git follows: " + f.Why
+			}
+			touched[repo.Dir] = true
+		case pointerOut(after, p):
+			f.Why = "a pointer git follows to where the agent writes outside the launch dir (podman's storage, which holds the sandbox's home)"
+			f.Never = true
 		case strings.HasPrefix(as[p], "link:"):
 			f.Why = "a symbolic link to " + Quote(strings.TrimPrefix(as[p], "link:")) + ", which the host's tools follow"
-		case inRepo:
-			f.Why, f.Never = gitFileWhy(repo, p, oldRepos, bs)
-			touched[repo.Dir] = true
 		case slices.ContainsFunc(after.GitFiles, func(g string) bool { return g == p }):
-			f.Why = "a .git file: git on this machine takes the repository it names for " + Quote(filepath.Join(r.Path, filepath.Dir(p)))
+			f.Why = "a .git file: git on this machine takes the repository it names (" + Quote(gitFileTarget(r, p)) + ") for " + Quote(filepath.Join(r.Path, filepath.Dir(p)))
 		default:
 			if why, ok := toolLoader(p); ok {
 				f.Why = why
@@ -203,6 +242,18 @@ func Compare(r *Root, before Tree, bs Stamps, after Tree, as Stamps) Report {
 			rep.Findings[i].MovedTo = moveAside(r, f.Path)
 		}
 	}
+	// What the walk could not read, it cannot vouch for.
+	for _, p := range after.Problems {
+		if !slices.Contains(before.Problems, p) {
+			rep.Problems = append(rep.Problems, p)
+		}
+	}
+	for p, d := range as {
+		if (d == "unreadable" || d == "too many files") && bs[p] != d {
+			rep.Problems = append(rep.Problems, Quote(filepath.Join(r.Path, strings.TrimSuffix(p, "/")))+" was not read whole ("+d+")")
+		}
+	}
+	sort.Strings(rep.Problems)
 	// Never-legitimate files first, then the rest by path.
 	sort.SliceStable(rep.Findings, func(i, j int) bool { return rep.Findings[i].Never && !rep.Findings[j].Never })
 	for _, repo := range after.Repos {
@@ -260,52 +311,159 @@ func toolOfDir(p string) (string, bool) {
 // gitFileWhy says what git does with a file of a repository, and whether
 // its being new there is something git itself never does.
 func gitFileWhy(repo Repo, p string, old map[string]Repo, bs Stamps) (string, bool) {
-	_, existed := old[repo.Dir]
+	prev, existed := old[repo.Dir]
 	isNew := bs[p] == ""
 	base := filepath.Base(p)
 	atRoot := filepath.Dir(p) == repo.Dir
+	inOldWorktree := slices.Contains(prev.Worktrees, filepath.Dir(p))
 	switch {
 	case atRoot && base == "commondir":
 		if existed && isNew {
 			return "git never writes a commondir in a repository's own git dir: with it, git on this machine takes this repository's config and hooks from where it points", true
 		}
 		return "git takes this repository's config and hooks from where it points", false
-	case atRoot && base == "config.worktree":
+	case atRoot && base == "config.worktree", inOldWorktree && base == "config.worktree":
 		if existed && isNew {
-			if old[repo.Dir].WorktreeConfig {
+			if prev.WorktreeConfig {
 				return "new in a repository whose config the sandbox kept read-only: git on this machine would read it as config; if you asked for it (git sparse-checkout, git config --worktree), read it and set what it says yourself", true
 			}
 			return "git never writes config.worktree in a repository whose config the sandbox kept read-only: git on this machine would read it as config", true
 		}
 		return "git reads it as config", false
+	case inOldWorktree && base == "commondir" && existed && isNew:
+		return "git never writes a commondir into an existing worktree: with it, git there takes its config and hooks from where it points", true
 	case atRoot && base == "config":
+		if existed && isNew {
+			return "a config in a repository that had none: git never writes one there after the repository is made, and reads it as config", true
+		}
 		return "git reads it as config (commands it runs: below)", false
 	case slices.Contains(repo.Includes, p):
 		if existed && isNew {
 			return "a file this repository's config includes, which did not exist: git never writes one, and on this machine reads it as config", true
 		}
 		return "this repository's config includes it: git reads it as config", false
+	case atRoot && base == "modules":
+		return "git takes its submodules' repositories from there", false
+	case atRoot && base == "worktrees":
+		return "git takes its worktrees' repositories from there", false
+	case atRoot && base == "hooks":
+		return "git runs its hooks from there", false
 	case strings.Contains(p, "/worktrees/"):
 		return "a worktree's pointer: git takes that worktree's repository and config through it", false
+	case strings.Contains(p, "/rebase-merge/") || strings.Contains(p, "/rebase-apply/") || strings.Contains(p, "/sequencer/"):
+		return "a rebase or cherry-pick in progress: git rebase --continue on this machine runs its exec lines", false
 	}
 	return "a hook: git on this machine runs it", false
 }
 
-// moveAside renames a file git never writes to a name git never reads, in
-// the same directory; it returns the new path, or "" if it could not.
-func moveAside(r *Root, rel string) string {
-	for i := 0; i < 100; i++ {
-		name := filepath.Base(rel) + ".agent-sandbox-moved"
-		if i > 0 {
-			name += fmt.Sprintf("-%d", i)
-		}
-		if err := r.Rename(rel, name); err == nil {
-			return filepath.Join(filepath.Dir(rel), name)
-		} else if !strings.Contains(err.Error(), "exists") {
-			return ""
+// pointerOut reports whether p is a git pointer (a .git file, a
+// commondir, an include) that the scan refused as leading where the agent
+// writes outside the launch dir.
+func pointerOut(t Tree, p string) bool {
+	for _, l := range t.Links {
+		if l.Path == p && strings.Contains(l.Role, "where the agent writes outside the launch dir") {
+			return true
 		}
 	}
+	return false
+}
+
+// gitFileTarget is what a .git file names.
+func gitFileTarget(r *Root, rel string) string {
+	data, err := r.ReadFile(rel, 4096)
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(data)), "gitdir:"))
+}
+
+// moveAside renames a file git never writes to a name git never reads, in
+// the same directory, never replacing anything; it returns the new path,
+// or "" if it could not. A directory the agent made unwritable is made
+// writable for the rename and given its mode back. If no rename works the
+// file is removed: it must not stay where git reads it.
+func moveAside(r *Root, rel string) string {
+	dir := filepath.Dir(rel)
+	var restore func()
+	for try := 0; try < 8; try++ {
+		name := fmt.Sprintf("%s.agent-sandbox-moved-%s", filepath.Base(rel), randomSuffix())
+		err := r.Rename(rel, name)
+		if err == nil {
+			if restore != nil {
+				restore()
+			}
+			return filepath.Join(dir, name)
+		}
+		if errors.Is(err, unix.EACCES) && restore == nil {
+			restore = r.makeWritable(dir)
+		}
+	}
+	if r.Remove(rel) == nil {
+		if restore != nil {
+			restore()
+		}
+		return "(removed)"
+	}
+	if restore != nil {
+		restore()
+	}
 	return ""
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Quarantine looks, by path and before any walk, at the places where git
+// never writes a file in a repository the start scan knew (commondir,
+// config.worktree, a missing include target, a worktree's config), and
+// moves aside whatever the agent put there. It is cheap and comes first:
+// no padding or unreadable directory delays or hides it.
+func Quarantine(r *Root, before Tree, bs Stamps) []Finding {
+	if mutated("indirection-writable") {
+		return nil
+	}
+	var out []Finding
+	old := map[string]Repo{}
+	for _, repo := range before.Repos {
+		old[repo.Dir] = repo
+	}
+	for _, repo := range before.Repos {
+		places := []string{filepath.Join(repo.Dir, "commondir"), filepath.Join(repo.Dir, "config.worktree"), filepath.Join(repo.Dir, "config")}
+		for _, w := range repo.Worktrees {
+			places = append(places, filepath.Join(w, "config.worktree"), filepath.Join(w, "commondir"))
+		}
+		places = append(places, repo.Includes...)
+		for _, p := range places {
+			if bs[p] != "" {
+				continue
+			}
+			if _, err := r.Lstat(p); err != nil {
+				continue
+			}
+			why, never := gitFileWhy(repo, p, old, bs)
+			if !never {
+				continue
+			}
+			out = append(out, Finding{Path: p, New: true, Never: true, Why: why, MovedTo: moveAside(r, p)})
+		}
+	}
+	return out
+}
+
+// Leave is the end of a session's look at the tree: the quarantine first,
+// then a walk within bound and the comparison with the start.
+func Leave(r *Root, before Tree, bs Stamps, bound Bound, host Host) (Report, error) {
+	moved := Quarantine(r, before, bs)
+	after, err := Scan(r, bound, host)
+	if err != nil {
+		return Report{Root: r.Path, Findings: moved}, err
+	}
+	rep := Compare(r, before, bs, after, Stamp(r, after))
+	rep.Findings = append(moved, rep.Findings...)
+	return rep, nil
 }
 
 // whatGitRuns reads a repository's config (its includes inside the launch
@@ -327,7 +485,7 @@ func whatGitRuns(r *Root, repo Repo) []string {
 		}
 		for _, e := range parseGitConfig(data) {
 			if what := runsCommand(e); what != "" {
-				out = append(out, fmt.Sprintf("%s = %s: git %s (%s line %d)", e.Name, Quote(e.Value), what, Quote(filepath.Join(r.Path, c)), e.Line))
+				out = append(out, fmt.Sprintf("%s = %s: git %s (%s line %d)", Quote(e.Name), Quote(e.Value), what, Quote(filepath.Join(r.Path, c)), e.Line))
 			}
 		}
 	}
@@ -357,16 +515,26 @@ func whatGitRuns(r *Root, repo Repo) []string {
 // Lines is the report for the user, one line a finding, then what git
 // would run in each repository; none when there is nothing.
 func (rep Report) Lines() []string {
-	if len(rep.Findings) == 0 && rep.Cut == "" {
+	if len(rep.Findings) == 0 && rep.Cut == "" && len(rep.Problems) == 0 {
 		return nil
 	}
 	var out []string
-	if len(rep.Findings) > 0 {
+	if len(rep.Findings) > 0 || len(rep.Problems) > 0 {
 		out = append(out, "the agent left files that git or other tools on this machine run or load by themselves; read them (cat -v shows them safely) before you use git or those tools there:")
 	}
-	for _, f := range rep.Findings {
+	for _, p := range rep.Problems {
+		out = append(out, "  NOT CHECKED: "+p+"; the agent may have hidden something there: look before you use git or those tools in it")
+	}
+	const most = 60
+	for i, f := range rep.Findings {
+		if i == most {
+			out = append(out, fmt.Sprintf("  and %d more files (not listed)", len(rep.Findings)-most))
+			break
+		}
 		p := Quote(filepath.Join(rep.Root, f.Path))
 		switch {
+		case f.Never && f.MovedTo == "(removed)":
+			out = append(out, fmt.Sprintf("  removed: %s (it could not be moved aside): %s", p, f.Why))
 		case f.Never && f.MovedTo != "":
 			moved := Quote(filepath.Join(rep.Root, f.MovedTo))
 			out = append(out, fmt.Sprintf("  moved aside: %s is now %s: %s. Delete it: rm -- %s", p, moved, f.Why, moved))

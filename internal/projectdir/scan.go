@@ -11,8 +11,9 @@ import (
 )
 
 // Bound limits a walk of the launch directory. It counts directories, not
-// files: a million empty files cost one directory's read and cannot push
-// a repository out of the walk's reach; a walk that stops early says so.
+// files: the walk reads names and types alone (getdents, no stat), so a
+// million empty files cost little and cannot push a repository out of
+// reach; a walk that stops early says so, and at start refuses the tree.
 type Bound struct {
 	Dirs int
 	Time time.Duration
@@ -27,7 +28,11 @@ type Tree struct {
 	// Links are symbolic links where a protection needs a real file or
 	// directory; a session is refused while one is there.
 	Links []Link
-	Repos []Repo
+	// Problems are what the scan could not read and so cannot vouch for
+	// (a directory made unreadable, a config too large): a session is
+	// refused while one is there, and the exit report names them.
+	Problems []string
+	Repos    []Repo
 	// GitFiles are ".git" files, which point git at a directory.
 	GitFiles []string
 	// Settings are agent settings that an agent on the host loads:
@@ -72,8 +77,12 @@ type Repo struct {
 	WorkTree string
 	// Files are what git reads config or the place of config and hooks
 	// from that exist now: config, commondir, config.worktree and the
-	// worktrees' commondir, gitdir and config.worktree.
+	// worktrees' commondir, gitdir and config.worktree; and the state of
+	// a rebase or cherry-pick in progress, whose exec lines run on
+	// `--continue`.
 	Files []string
+	// Worktrees are the worktrees' git dirs (worktrees/NAME).
+	Worktrees []string
 	// Hooks are the hook directories git runs hooks from: hooks/ and the
 	// core.hooksPath targets inside the launch dir, existing or not.
 	Hooks []string
@@ -81,27 +90,70 @@ type Repo struct {
 	// dir, existing or not (git skips a missing one, so the agent could
 	// create it).
 	Includes []string
+	// HookTargets are the files inside the launch dir that links in a
+	// hook dir point to: git runs them as hooks.
+	HookTargets []string
 	// WorktreeConfig is extensions.worktreeConfig: git reads
 	// config.worktree.
 	WorktreeConfig bool
 }
 
-type walker struct {
-	r        *Root
-	t        Tree
-	home     string
-	deadline time.Time
-	bound    Bound
-	repos    map[string]bool
+// Host is what the scan needs to know of the user's machine.
+type Host struct {
+	// Home is the user's home directory, for config paths that start with
+	// "~/" (they lie outside the launch dir, which never holds $HOME).
+	Home string
+	// GitConfigs are the user's own git config files (~/.gitconfig,
+	// $XDG_CONFIG_HOME/git/config): a core.hooksPath there that is
+	// relative sends every repository's hooks into its work tree.
+	GitConfigs []string
+	// Forbidden are places outside the launch dir that the agent can
+	// write all the same (podman's storage, which holds the home volume):
+	// a git pointer into one of them is never legitimate.
+	Forbidden []string
 }
 
+type walker struct {
+	r    *Root
+	t    Tree
+	host Host
+	// hostHooksPath is core.hooksPath from the user's own git config, which
+	// applies to every repository that does not set its own.
+	hostHooksPath string
+	deadline      time.Time
+	bound         Bound
+	repos         map[string]bool
+	// workTrees are the work trees of git dirs reached through a .git
+	// file: the file's own dir, where git runs their hooks.
+	workTrees map[string]string
+}
+
+// maxConfig bounds a git config file the scan reads: git reads any size,
+// so a larger one is a problem, not a file read in part.
+const maxConfig = 16 << 20
+
 // Scan walks the tree breadth first, up to bound, without following a
-// link. home is the user's home directory, for config paths that start
-// with "~/" (they lie outside the launch dir, which never holds $HOME).
-func Scan(r *Root, bound Bound, home string) (Tree, error) {
-	w := &walker{r: r, home: home, bound: bound, deadline: time.Now().Add(bound.Time), repos: map[string]bool{}}
+// link.
+func Scan(r *Root, bound Bound, host Host) (Tree, error) {
+	w := &walker{r: r, host: host, bound: bound, deadline: time.Now().Add(bound.Time), repos: map[string]bool{}, workTrees: map[string]string{}}
+	for _, f := range host.GitConfigs {
+		// The user's own files, outside the tree: read as they are.
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, e := range parseGitConfig(data) {
+			if e.Name == "core.hookspath" {
+				w.hostHooksPath = e.Value
+			}
+		}
+	}
 	err := w.walk()
 	return w.t, err
+}
+
+func (w *walker) problem(format string, a ...any) {
+	w.t.Problems = append(w.t.Problems, fmt.Sprintf(format, a...))
 }
 
 func (w *walker) walk() error {
@@ -117,15 +169,16 @@ func (w *walker) walk() error {
 		}
 		w.t.Dirs++
 		sub, err := w.visit(dir)
-		if err != nil {
-			if dir == "." {
-				return fmt.Errorf("cannot read the launch directory %s: %w", w.r.Path, err)
-			}
-			// What the user cannot read, the agent (the same uid) cannot
-			// either.
-			if errors.Is(err, errCut) {
-				return nil
-			}
+		switch {
+		case errors.Is(err, errCut):
+			return nil
+		case err != nil && dir == ".":
+			return fmt.Errorf("cannot read the launch directory %s: %w", w.r.Path, err)
+		case err != nil:
+			// The user owns the tree, so the agent can make a directory
+			// unreadable (chmod 311) to hide what is in it: a directory
+			// the scan cannot read is one it cannot vouch for.
+			w.problem("%s cannot be read (%v)", Quote(filepath.Join(w.r.Path, dir)), errors.Unwrap(err))
 			continue
 		}
 		queue = append(queue, sub...)
@@ -135,76 +188,122 @@ func (w *walker) walk() error {
 
 var errCut = errors.New("the walk's time ran out")
 
+// dent is a directory entry as getdents gives it: name and type.
+type dent struct {
+	name string
+	typ  fs.FileMode
+}
+
+func (d dent) Name() string      { return d.name }
+func (d dent) Type() fs.FileMode { return d.typ }
+func (d dent) IsDir() bool       { return d.typ.IsDir() }
+
 // visit reads one directory by name and type alone and returns the
 // subdirectories to walk.
 func (w *walker) visit(dir string) ([]string, error) {
 	var sub []string
-	bare := map[string]bool{}
-	cut := false
-	err := w.r.readDirChunks(dir, func(entries []os.DirEntry) bool {
-		if time.Now().After(w.deadline) {
-			cut = true
+	marks := gitMarks{}
+	count := 0
+	err := w.r.scanNames(dir, func(name []byte, typ fs.FileMode) bool {
+		if count++; count%4096 == 0 && time.Now().After(w.deadline) {
 			return false
 		}
 		if mutated("padding-hides") {
 			// Before issue 19 the bound counted every entry, files too.
-			if w.t.Dirs += len(entries); w.t.Dirs > w.bound.Dirs {
+			if w.t.Dirs++; w.t.Dirs > w.bound.Dirs {
 				return false
 			}
 		}
-		for _, e := range entries {
-			if d := w.entry(dir, e); d != "" {
-				sub = append(sub, d)
-			}
-			if want, ok := bareNeeds[e.Name()]; ok && e.IsDir() == want && e.Type()&fs.ModeSymlink == 0 {
-				bare[e.Name()] = true
-			}
+		if typ.IsRegular() && !interesting(name) {
+			return true
+		}
+		e := dent{string(name), typ}
+		marks.see(e)
+		if d := w.entry(dir, e); d != "" {
+			sub = append(sub, d)
 		}
 		return true
 	})
-	if cut {
-		w.t.Cut = fmt.Sprintf("after %s, %d directories in", w.bound.Time, w.t.Dirs)
-		return nil, errCut
-	}
 	if err != nil {
 		return nil, err
 	}
-	if len(bare) == len(bareNeeds) && dir != "." {
-		// A bare repository (or a git dir by another name): its hooks run
-		// when the user pushes to it.
+	if time.Now().After(w.deadline) {
+		w.t.Cut = fmt.Sprintf("after %s, %d directories in", w.bound.Time, w.t.Dirs)
+		return nil, errCut
+	}
+	if marks.gitDir() {
+		// A bare repository (or a git dir by another name, the launch dir
+		// itself included): its hooks run when the user pushes to it, and
+		// git in a directory below it may take it for its repository.
 		w.addRepo(dir)
-		return nil, nil
+		if dir != "." {
+			return nil, nil
+		}
 	}
 	return sub, nil
 }
 
-// bareNeeds is what git itself needs in a git dir: name, is it a dir.
-var bareNeeds = map[string]bool{"HEAD": false, "config": false, "objects": true, "refs": true}
+// interesting are the file names the walk looks at; every other regular
+// file is passed over without a string being made of its name.
+func interesting(name []byte) bool {
+	switch string(name) {
+	case ".git", ".mcp.json", "HEAD", "commondir", "config":
+		return true
+	}
+	for _, t := range HostTools {
+		first, _, _ := strings.Cut(t.Path, "/")
+		if string(name) == first {
+			return true
+		}
+	}
+	return false
+}
+
+// gitMarks are what makes a directory a git dir, as git's own
+// is_git_directory sees it: a HEAD (a file or a link), and objects/ and
+// refs/ here or in the common dir a commondir file names.
+type gitMarks struct{ head, objects, refs, commondir bool }
+
+func (m *gitMarks) see(e dent) {
+	link := e.typ&fs.ModeSymlink != 0
+	switch e.name {
+	case "HEAD":
+		m.head = e.typ.IsRegular() || link
+	case "objects":
+		m.objects = e.typ.IsDir()
+	case "refs":
+		m.refs = e.typ.IsDir()
+	case "commondir":
+		m.commondir = e.typ.IsRegular() || link
+	}
+}
+
+func (m gitMarks) gitDir() bool { return m.head && (m.objects && m.refs || m.commondir) }
 
 // entry files one directory entry and returns it if it is a directory to
 // walk.
-func (w *walker) entry(dir string, e os.DirEntry) string {
-	rel := filepath.Join(dir, e.Name())
-	typ := e.Type()
+func (w *walker) entry(dir string, e dent) string {
+	rel := filepath.Join(dir, e.name)
+	typ := e.typ
 	link := w.isLink(dir, e)
 	switch {
 	case specialKind(typ) != "":
 		w.t.Special = append(w.t.Special, Special{rel, specialKind(typ)})
 		return ""
-	case e.Name() == ".git" && link:
+	case e.name == ".git" && link:
 		w.link(rel, "a repository's git dir (git follows the link)")
-	case e.Name() == ".git" && w.isDir(dir, e):
+	case e.name == ".git" && w.isDir(dir, e):
 		w.addRepo(rel)
-	case e.Name() == ".git" && typ.IsRegular():
+	case e.name == ".git" && typ.IsRegular():
 		w.t.GitFiles = append(w.t.GitFiles, rel)
 		w.followGitFile(rel)
-	case e.Name() == ".claude" && link, e.Name() == ".mcp.json" && link:
+	case e.name == ".claude" && link, e.name == ".mcp.json" && link:
 		w.link(rel, "agent settings (an agent on the host follows the link)")
-	case e.Name() == ".claude" && typ.IsDir(), e.Name() == ".mcp.json" && typ.IsRegular():
+	case e.name == ".claude" && typ.IsDir(), e.name == ".mcp.json" && typ.IsRegular():
 		w.t.Settings = append(w.t.Settings, rel)
 	}
 	w.tools(dir, e)
-	if typ.IsDir() && e.Name() != ".git" && e.Name() != ".claude" {
+	if typ.IsDir() && e.name != ".git" && e.name != ".claude" {
 		return rel
 	}
 	return ""
@@ -213,15 +312,21 @@ func (w *walker) entry(dir string, e os.DirEntry) string {
 // isLink and isDir read an entry's type as the directory gives it; the
 // mutation check's links-followed build follows a link instead, as the
 // scan did before issue 19.
-func (w *walker) isLink(dir string, e os.DirEntry) bool {
+func (w *walker) isLink(dir string, e entryLike) bool {
 	return e.Type()&fs.ModeSymlink != 0 && !w.followed(dir, e)
 }
 
-func (w *walker) isDir(dir string, e os.DirEntry) bool {
+func (w *walker) isDir(dir string, e entryLike) bool {
 	return e.IsDir() || w.followed(dir, e)
 }
 
-func (w *walker) followed(dir string, e os.DirEntry) bool {
+type entryLike interface {
+	Name() string
+	Type() fs.FileMode
+	IsDir() bool
+}
+
+func (w *walker) followed(dir string, e entryLike) bool {
 	if !mutated("links-followed") || e.Type()&fs.ModeSymlink == 0 {
 		return false
 	}
@@ -239,16 +344,21 @@ func (w *walker) link(rel, role string) {
 	w.t.Links = append(w.t.Links, Link{Path: rel, Target: target, Role: role})
 }
 
-// tools records the files of the tool table that start at this entry.
-func (w *walker) tools(dir string, e os.DirEntry) {
+// tools records the files of the tool table that start at this entry; a
+// tool dir that is a link (.vscode to elsewhere) is recorded as the link.
+func (w *walker) tools(dir string, e dent) {
 	for _, tool := range HostTools {
 		first, rest, nested := strings.Cut(tool.Path, "/")
-		if first != e.Name() {
+		if first != e.name {
 			continue
 		}
-		rel := filepath.Join(dir, e.Name())
+		rel := filepath.Join(dir, e.name)
 		if nested && rest != "" {
-			if e.Type()&fs.ModeSymlink != 0 || !e.IsDir() {
+			if e.typ&fs.ModeSymlink != 0 {
+				w.t.Tools = append(w.t.Tools, rel)
+				continue
+			}
+			if !e.typ.IsDir() {
 				continue
 			}
 			rel = filepath.Join(rel, rest)
@@ -270,8 +380,10 @@ func (w *walker) addRepo(g string) {
 	repo := Repo{Dir: g}
 	entries, err := w.r.ReadDir(g)
 	if err != nil {
+		w.problem("%s cannot be read (%v)", Quote(filepath.Join(w.r.Path, g)), errors.Unwrap(err))
 		return
 	}
+	var commondir string
 	for _, e := range entries {
 		rel := filepath.Join(g, e.Name())
 		typ := e.Type()
@@ -284,12 +396,17 @@ func (w *walker) addRepo(g string) {
 			w.link(rel, "a file git reads config from or through")
 		case indirection[name] && typ.IsRegular():
 			repo.Files = append(repo.Files, rel)
+			if name == "commondir" {
+				commondir = rel
+			}
 		case name == "hooks" && link, name == "modules" && link, name == "worktrees" && link:
 			w.link(rel, "a directory git runs hooks or takes repositories from")
 		case name == "modules" && w.isDir(g, e):
 			w.addModules(rel, 0)
 		case name == "worktrees" && w.isDir(g, e):
 			w.addWorktrees(&repo, rel)
+		case sequencer[name]:
+			w.addSequencer(&repo, rel)
 		}
 	}
 	// A missing hooks/ is still where git looks: it gets an empty
@@ -297,15 +414,35 @@ func (w *walker) addRepo(g string) {
 	repo.Hooks = append(repo.Hooks, filepath.Join(g, "hooks"))
 	w.readConfig(&repo)
 	w.t.Repos = append(w.t.Repos, repo)
+	if commondir != "" {
+		w.followPointer(commondir, g, "the common dir a commondir names")
+	}
 }
 
 // indirection are the files in a git dir through which git takes its
 // config or the place of its config and hooks.
 var indirection = map[string]bool{"config": true, "commondir": true, "config.worktree": true}
 
+// sequencer are the dirs of a rebase, cherry-pick or revert in progress:
+// their todo lists' exec lines run on the host's `git rebase --continue`.
+var sequencer = map[string]bool{"rebase-merge": true, "rebase-apply": true, "sequencer": true}
+
+func (w *walker) addSequencer(repo *Repo, rel string) {
+	entries, err := w.r.ReadDir(rel)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if n := e.Name(); e.Type().IsRegular() && (strings.Contains(n, "todo") || n == "done") {
+			repo.Files = append(repo.Files, filepath.Join(rel, n))
+		}
+	}
+}
+
 func (w *walker) addWorktrees(repo *Repo, rel string) {
 	entries, err := w.r.ReadDir(rel)
 	if err != nil {
+		w.problem("%s cannot be read (%v)", Quote(filepath.Join(w.r.Path, rel)), errors.Unwrap(err))
 		return
 	}
 	for _, e := range entries {
@@ -317,6 +454,7 @@ func (w *walker) addWorktrees(repo *Repo, rel string) {
 		if !w.isDir(rel, e) {
 			continue
 		}
+		repo.Worktrees = append(repo.Worktrees, wt)
 		files, err := w.r.ReadDir(wt)
 		if err != nil {
 			continue
@@ -363,49 +501,129 @@ func (w *walker) addModules(rel string, depth int) {
 }
 
 // followGitFile adds the git dir a ".git" file names, when it lies in the
-// launch dir; one that lies outside is not mounted, and git inside cannot
-// reach it.
+// launch dir, with the file's dir as its work tree; one that lies outside
+// is not mounted, and git inside cannot reach it, unless it lies where the
+// agent writes all the same.
 func (w *walker) followGitFile(rel string) {
 	data, err := w.r.ReadFile(rel, 4096)
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(data)), "gitdir:") {
+		return
+	}
+	w.followPointer(rel, filepath.Dir(rel), "the git dir a .git file names")
+}
+
+// followPointer reads a file that names a git dir (a .git file, a
+// commondir), resolved from base, and adds that dir when it lies in the
+// launch dir; it returns the dir's path, or "". A pointer through a link,
+// or into a place the agent writes outside the launch dir, is refused.
+func (w *walker) followPointer(file, base, role string) string {
+	data, err := w.r.ReadFile(file, 4096)
 	if err != nil {
-		return
+		return ""
 	}
-	target, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "gitdir:")
-	if !ok {
-		return
+	target := strings.TrimSpace(string(data))
+	target = strings.TrimSpace(strings.TrimPrefix(target, "gitdir:"))
+	if abs := w.absolute(base, target); w.forbidden(abs) {
+		w.link(file, role+", in "+Quote(abs)+", where the agent writes outside the launch dir")
+		return ""
 	}
-	p, inside := w.inside(filepath.Dir(rel), strings.TrimSpace(target))
-	if !inside {
-		return
-	}
-	info, err := w.r.Lstat(p)
+	p, inside, linked := w.inside(base, target)
 	switch {
-	case errors.Is(err, ErrLink):
-		w.link(rel, "a .git file whose git dir lies behind a link")
-	case err == nil && info.IsLink():
-		w.link(p, "the git dir a .git file names")
-	case err == nil && info.IsDir():
-		w.addRepo(p)
+	case linked != "":
+		w.link(linked, role+" (reached through this link)")
+	case !inside:
+	default:
+		info, err := w.r.Lstat(p)
+		switch {
+		case err == nil && info.IsLink():
+			w.link(p, role)
+		case err == nil && info.IsDir():
+			if strings.HasSuffix(file, ".git") && filepath.Base(file) == ".git" {
+				w.workTrees[p] = filepath.Dir(file)
+			}
+			w.addRepo(p)
+			return p
+		}
 	}
+	return ""
+}
+
+// absolute is p as git resolves it from base (relative to the launch
+// dir), lexically.
+func (w *walker) absolute(base, p string) string {
+	switch {
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		if w.host.Home == "" {
+			return ""
+		}
+		return filepath.Join(w.host.Home, strings.TrimPrefix(p, "~"))
+	case filepath.IsAbs(p):
+		return filepath.Clean(p)
+	}
+	return filepath.Join(w.r.Path, base, p)
+}
+
+// forbidden reports whether abs lies where the agent writes although it
+// is outside the launch dir.
+func (w *walker) forbidden(abs string) bool {
+	for _, f := range w.host.Forbidden {
+		if abs == f || strings.HasPrefix(abs, strings.TrimSuffix(f, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // inside resolves a path as git would from base (relative to the launch
-// dir), without links, and says whether it lies in the launch dir.
-func (w *walker) inside(base, p string) (string, bool) {
+// dir) and says whether it lies in the launch dir. It goes one component
+// at a time, as the kernel does: a ".." steps back from a real directory,
+// and a link on the way (which would make the lexical answer wrong) is
+// returned in linked.
+func (w *walker) inside(base, p string) (rel string, inside bool, linked string) {
 	switch {
-	case p == "~" || strings.HasPrefix(p, "~/"):
-		if w.home == "" {
-			return "", false
+	case p == "~" || strings.HasPrefix(p, "~/"), filepath.IsAbs(p):
+		raw := p
+		if !filepath.IsAbs(p) {
+			raw = w.host.Home + strings.TrimPrefix(p, "~")
 		}
-		p = filepath.Join(w.home, strings.TrimPrefix(p, "~"))
-	case !filepath.IsAbs(p):
-		p = filepath.Join(w.r.Path, base, p)
+		if r, ok := strings.CutPrefix(raw, strings.TrimSuffix(w.r.Path, "/")+"/"); ok {
+			// Below the root as written: walked component by component.
+			p, base = r, "."
+			break
+		}
+		// Above the root, the path is the user's: resolved as written.
+		abs := w.absolute(base, p)
+		r, err := filepath.Rel(w.r.Path, abs)
+		if abs == "" || err != nil || r == ".." || strings.HasPrefix(r, "../") {
+			return "", false, ""
+		}
+		p, base = r, "."
 	}
-	rel, err := filepath.Rel(w.r.Path, filepath.Clean(p))
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", false
+	var stack []string
+	if base != "." {
+		stack = strings.Split(filepath.Clean(base), "/")
 	}
-	return rel, true
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return "", false, ""
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		stack = append(stack, c)
+		cur := strings.Join(stack, "/")
+		if info, err := w.r.Lstat(cur); err == nil && info.IsLink() {
+			return cur, true, cur
+		}
+	}
+	if len(stack) == 0 {
+		return ".", true, ""
+	}
+	return strings.Join(stack, "/"), true, ""
 }
 
 // readConfig reads what a repository's config points to inside the launch
@@ -414,23 +632,33 @@ func (w *walker) inside(base, p string) (string, bool) {
 func (w *walker) readConfig(repo *Repo) {
 	if filepath.Base(repo.Dir) == ".git" {
 		repo.WorkTree = filepath.Dir(repo.Dir)
+	} else if wt, ok := w.workTrees[repo.Dir]; ok {
+		repo.WorkTree = wt
 	}
-	var hooksPath string
+	hooksPath := w.hostHooksPath
 	configs := []string{filepath.Join(repo.Dir, "config")}
 	for _, f := range repo.Files {
-		if filepath.Base(f) == "config.worktree" && filepath.Dir(f) == repo.Dir {
+		if filepath.Base(f) == "config.worktree" {
 			configs = append(configs, f)
 		}
 	}
 	seen := map[string]bool{}
-	for i := 0; i < len(configs) && i < 32; i++ {
+	for i := 0; i < len(configs); i++ {
 		file := configs[i]
 		if seen[file] {
 			continue
 		}
 		seen[file] = true
-		data, err := w.r.ReadFile(file, 1<<20)
+		if len(seen) > 64 {
+			w.problem("%s includes more than 64 config files: git follows them all, the sandbox does not", Quote(filepath.Join(w.r.Path, repo.Dir)))
+			break
+		}
+		data, err := w.r.ReadFile(file, maxConfig+1)
 		if err != nil {
+			continue
+		}
+		if len(data) > maxConfig {
+			w.problem("%s is over %d MiB: git reads all of it, the sandbox does not", Quote(filepath.Join(w.r.Path, file)), maxConfig>>20)
 			continue
 		}
 		for _, e := range parseGitConfig(data) {
@@ -439,14 +667,24 @@ func (w *walker) readConfig(repo *Repo) {
 			case e.Name == "core.hookspath":
 				hooksPath = e.Value
 			case e.Name == "core.worktree":
-				if p, ok := w.inside(repo.Dir, e.Value); ok {
+				if p, ok, linked := w.inside(repo.Dir, e.Value); ok && linked == "" {
 					repo.WorkTree = p
+				} else if linked != "" {
+					w.link(linked, "a place git takes the work tree from")
 				}
 			case e.Name == "extensions.worktreeconfig":
 				repo.WorktreeConfig = isTrue(e)
 			case (e.Name == "include.path" || section == "includeif" && key == "path") && e.Value != "":
 				// Relative to the file that includes it.
-				p, ok := w.inside(filepath.Dir(file), e.Value)
+				if abs := w.absolute(filepath.Dir(file), e.Value); w.forbidden(abs) {
+					w.link(file, "a config that includes "+Quote(abs)+", where the agent writes outside the launch dir")
+					continue
+				}
+				p, ok, linked := w.inside(filepath.Dir(file), e.Value)
+				if linked != "" {
+					w.link(linked, "a place git reads config from (reached through this link)")
+					continue
+				}
 				if !ok {
 					continue
 				}
@@ -460,13 +698,54 @@ func (w *walker) readConfig(repo *Repo) {
 		if base == "" {
 			base = repo.Dir
 		}
-		if p, ok := w.inside(base, hooksPath); ok {
+		p, ok, linked := w.inside(base, hooksPath)
+		switch {
+		case linked != "":
+			w.link(linked, "a place git runs hooks from (reached through this link)")
+		case ok:
 			repo.Hooks = append(repo.Hooks, p)
 		}
 	}
 	for _, p := range append(slicesClone(repo.Includes), repo.Hooks...) {
 		if l := w.r.firstLink(p); l != "" {
 			w.link(l, "a place git reads config or runs hooks from")
+		}
+	}
+	w.hookLinks(repo)
+}
+
+// hookLinks finds the links in a repository's hook dirs: git runs what
+// they point to, so a target inside the launch dir is a hook too.
+func (w *walker) hookLinks(repo *Repo) {
+	for _, h := range repo.Hooks {
+		entries, err := w.r.ReadDir(h)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.Type()&fs.ModeSymlink == 0 {
+				continue
+			}
+			link := filepath.Join(h, e.Name())
+			target, err := w.r.Readlink(link)
+			if err != nil {
+				continue
+			}
+			p, inside, linked := w.inside(h, target)
+			if linked != "" {
+				w.link(link, "a hook whose target lies behind another link")
+				continue
+			}
+			if !inside {
+				continue
+			}
+			info, err := w.r.Lstat(p)
+			switch {
+			case err == nil && info.IsLink():
+				w.link(link, "a hook whose target is another link")
+			case err == nil && info.IsRegular():
+				repo.HookTargets = append(repo.HookTargets, p)
+			}
 		}
 	}
 }
