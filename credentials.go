@@ -1,9 +1,12 @@
 package main
 
 import (
+	"slices"
+
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -146,6 +149,9 @@ type sessionCredentials struct {
 	// then replace the router image's bundle (tests pin everything, as
 	// with AGENT_SANDBOX_UPSTREAM_DNS).
 	upstreamCA []byte
+	// apiAllow are the API gate's rules the user turned off by name
+	// (AGENT_SANDBOX_API_ALLOW), checked against apipolicy's list.
+	apiAllow []string
 	// dir is the launcher's dir that only the router mounts; "" when
 	// nothing is injected.
 	dir string
@@ -164,10 +170,11 @@ type credRoute struct {
 type credPlan struct {
 	routes   []credRoute
 	customCA bool
+	apiAllow []string
 }
 
 func (s sessionCredentials) plan() credPlan {
-	p := credPlan{customCA: len(s.upstreamCA) > 0}
+	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow}
 	for _, c := range s.creds {
 		p.routes = append(p.routes, credRoute{c.kind, c.host})
 	}
@@ -375,12 +382,33 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 		return s, warnings, err
 	}
 	s.creds = creds
+	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
+		return s, warnings, err
+	}
 	if len(creds) > 0 {
 		if s.upstreamCA, err = readUpstreamCA(set.upstreamCA); err != nil {
 			return s, warnings, err
 		}
 	}
 	return s, warnings, nil
+}
+
+// parseAPIAllow reads AGENT_SANDBOX_API_ALLOW: comma-separated names of the
+// API gate's rules the user turns off (apipolicy.Allowable).
+func parseAPIAllow(v string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(apipolicy.Allowable, f) {
+			return nil, fmt.Errorf("AGENT_SANDBOX_API_ALLOW: %q is not a rule that can be turned off; the rules are %s", f, strings.Join(apipolicy.Allowable, ", "))
+		}
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
 }
 
 // writeCredentialDir makes the dir that only the router mounts, 0700, and
@@ -465,3 +493,57 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 // proxyRequest is a request through the credential proxy, in router.go's
 // log format.
 var proxyRequest = regexp.MustCompile(`\bcredentials host=(\S+) `)
+
+// apiRefused is a request the API gate refused, in routerd's log format
+// (apiproxy.go): no header or body, only where and by which rule.
+var apiRefused = regexp.MustCompile(`^api-refused host=(\S+) method=([A-Z]+) path="([^"]*)" rule=([a-z_.]+) status=(\d+)$`)
+
+// apiGateSummary says which requests to the model APIs the router refused
+// (those the provider would have made reach out on the agent's behalf, or
+// endpoints off the list) and what it trimmed, with how to allow a rule;
+// nothing when there was none. Paths come from the agent: only printable
+// ones are shown.
+func apiGateSummary(routerLog string, allowed []string) string {
+	type key struct{ host, rule, method, path string }
+	refused := map[key]int{}
+	trimmed := map[string]int{}
+	unprintable := 0
+	for _, line := range strings.Split(routerLog, "\n") {
+		if m := apiRefused.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			path := m[3]
+			if !printablePath.MatchString(path) {
+				unprintable++
+				path = "(a path that cannot be printed)"
+			}
+			refused[key{m[1], m[4], m[2], path}]++
+		} else if h, ok := strings.CutPrefix(strings.TrimSpace(line), "api-changed host="); ok {
+			host, _, _ := strings.Cut(h, " ")
+			trimmed[host]++
+		}
+	}
+	var b strings.Builder
+	if len(allowed) > 0 {
+		fmt.Fprintf(&b, "agent-sandbox: the API rules %s were off for this session (AGENT_SANDBOX_API_ALLOW)\n", strings.Join(allowed, ", "))
+	}
+	if len(refused) > 0 {
+		b.WriteString("agent-sandbox: the router refused requests to the model APIs that your key would have signed:\n")
+		var lines []string
+		for k, n := range refused {
+			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s %s: rule %s, %s; to allow it: AGENT_SANDBOX_API_ALLOW=%s\n", k.host, k.method, k.path, k.rule, plural(n, "time"), k.rule))
+		}
+		sort.Strings(lines)
+		b.WriteString(strings.Join(lines, ""))
+	}
+	var hosts []string
+	for h := range trimmed {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "agent-sandbox: the router trimmed a web fetch tool's domains to the allowlist in %s to %s\n", plural(trimmed[h], "request"), h)
+	}
+	return b.String()
+}
+
+// printablePath is a request path the summary may print as it is.
+var printablePath = regexp.MustCompile(`^/[A-Za-z0-9._~:/@!$&'()*+,;=%-]*$`)

@@ -342,3 +342,42 @@ func TestCredentialSummaryQuiet(t *testing.T) {
 		t.Errorf("allowed, unused: %q", s)
 	}
 }
+
+func TestAPIAllowNamesOnlyRulesThatCanBeTurnedOff(t *testing.T) {
+	got, err := parseAPIAllow(" openai.mcp,anthropic.mcp_servers,openai.mcp ")
+	if err != nil || strings.Join(got, ",") != "anthropic.mcp_servers,openai.mcp" {
+		t.Errorf("parseAPIAllow = %q, %v", got, err)
+	}
+	for _, bad := range []string{"anthropic.parse", "anthropic.query", "mcp"} {
+		if _, err := parseAPIAllow(bad); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_API_ALLOW") || !strings.Contains(err.Error(), "openai.mcp") {
+			t.Errorf("parseAPIAllow(%q) = %v, want a refusal that lists the rules", bad, err)
+		}
+	}
+}
+
+func TestAPIGateSummaryListsRefusalsWithTheirRule(t *testing.T) {
+	log := strings.Join([]string{
+		`api-refused host=api.anthropic.com method=POST path="/v1/messages" rule=anthropic.mcp_servers status=403`,
+		`api-refused host=api.anthropic.com method=POST path="/v1/messages" rule=anthropic.mcp_servers status=403`,
+		"api-refused host=api.openai.com method=POST path=\"/v1/\x1b[2Jx\" rule=openai.endpoint status=403",
+		`api-changed host=api.anthropic.com path="/v1/messages" note="web_fetch allowed_domains trimmed to [\"x\"]"`,
+		`credentials host=api.anthropic.com method=POST path="/v1/messages" status=200`,
+	}, "\n")
+	got := apiGateSummary(log, []string{"gemini.url_context"})
+	for _, want := range []string{
+		"the API rules gemini.url_context were off",
+		"api.anthropic.com POST /v1/messages: rule anthropic.mcp_servers, 2 times; to allow it: AGENT_SANDBOX_API_ALLOW=anthropic.mcp_servers",
+		"api.openai.com POST (a path that cannot be printed): rule openai.endpoint",
+		"trimmed a web fetch tool's domains to the allowlist in 1 request to api.anthropic.com",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "\x1b") {
+		t.Error("an escape byte from a path reached the summary")
+	}
+	if apiGateSummary("", nil) != "" {
+		t.Error("a summary for nothing")
+	}
+}

@@ -195,7 +195,7 @@ func (r *routerFiles) apply(entries []entry) error {
 	if err != nil {
 		return err
 	}
-	p.injections, p.trustedCA = r.creds.active(entries), r.creds.trustedCA()
+	p.injections, p.trustedCA, p.apiAllow = r.creds.active(entries), r.creds.trustedCA(), r.creds.apiAllow
 	for _, f := range p.render(r.routerIP) {
 		if err := r.replace(f); err != nil {
 			return err

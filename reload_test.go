@@ -389,8 +389,8 @@ func TestRouterFilesApply(t *testing.T) {
 	for _, e := range all {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{"dnsmasq.conf", "forwards", "nginx.conf", "tls"}) {
-		t.Errorf("dir holds %v, want only the three files and the TLS socket dir", names)
+	if !slices.Equal(names, []string{"api-policy.json", "dnsmasq.conf", "forwards", "nginx.conf", "tls"}) {
+		t.Errorf("dir holds %v, want only the four files and the TLS socket dir", names)
 	}
 	if fi, err := os.Stat(tlsDirOf(dir)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the TLS socket dir: %v %v, want a dir of mode 0755 (the forwarder is another uid)", fi, err)

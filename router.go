@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -58,6 +59,9 @@ type routerPlan struct {
 	// trustedCA is the bundle it verifies their certificates with.
 	injections []credRoute
 	trustedCA  string
+	// apiAllow are the API gate's rules the user turned off by name
+	// (AGENT_SANDBOX_API_ALLOW).
+	apiAllow []string
 }
 
 // planCursor is where the next new host's loopback address (as an index:
@@ -173,6 +177,7 @@ type routerFile struct{ name, body string }
 func (p routerPlan) render(routerIP string) []routerFile {
 	return []routerFile{
 		{"nginx.conf", p.nginxConf(routerIP)},
+		{"api-policy.json", p.apiPolicy(routerIP)},
 		{"forwards", p.forwards(routerIP) + "\n"},
 		{"dnsmasq.conf", p.dnsmasqConf(routerIP)},
 	}
@@ -270,7 +275,9 @@ func (p routerPlan) sniMap(b *strings.Builder) {
         default "";
 `)
 	for _, e := range p.entries {
-		if e.Port != tlsPort || !e.Wildcard && p.injected(e.Host) {
+		// hack/mutation-check's credential-sni passes an injected host by
+		// SNI too, past the credential proxy.
+		if e.Port != tlsPort || !e.Wildcard && !mutated("credential-sni") && p.injected(e.Host) {
 			continue
 		}
 		name := e.Host
@@ -279,7 +286,7 @@ func (p routerPlan) sniMap(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "        %s $ssl_preread_server_name:443;\n", name)
 	}
-	if len(p.injections) > 0 {
+	if len(p.injections) > 0 && !mutated("credential-sni") {
 		// An exact name beats a wildcard in a hostnames map.
 		b.WriteString("        # Through the credential proxy only (http below), never by SNI.\n")
 		for _, r := range p.injections {
@@ -331,12 +338,52 @@ func (p routerPlan) injected(host string) bool {
 	return false
 }
 
-// credentialListen is where nginx serves r's proxy: a port of the router's
-// session address, to which the forwarder relays 127.0.0.1 and the same
-// port in the pod. Both sides are written from here alone, so that moving
-// the listener (to a unix socket, say) is one change.
-func credentialListen(routerIP string, r credRoute) string {
+// credentialGate is where the agent's requests for r arrive: routerd's API
+// gate on a port of the router's session address, to which the forwarder
+// relays 127.0.0.1 and the same port in the pod. credentialListen is where
+// nginx serves r's proxy behind the gate: a unix socket in the router's own
+// /tmp, which no other container mounts, so that nothing reaches the
+// proxy (and the user's key) around the gate's checks.
+func credentialGate(routerIP string, r credRoute) string {
 	return fmt.Sprintf("%s:%d", routerIP, r.kind.provider.port)
+}
+
+func credentialListen(r credRoute) string {
+	return apiRelayDir + "/api-" + r.kind.provider.id + "-proxy.sock"
+}
+
+// apiPolicy is the gate's config (routerd's apiproxy.go): each route, the
+// rules the user allowed, and the allowlist's names on 443 for a web fetch
+// tool's domains. Empty routes when nothing is injected.
+func (p routerPlan) apiPolicy(routerIP string) string {
+	type route struct {
+		Provider string `json:"provider"`
+		Host     string `json:"host"`
+		Listen   string `json:"listen"`
+		Upstream string `json:"upstream"`
+	}
+	doc := struct {
+		Routes    []route  `json:"routes"`
+		Allow     []string `json:"allow,omitempty"`
+		Hosts     []string `json:"hosts"`
+		Wildcards []string `json:"wildcards,omitempty"`
+	}{Routes: []route{}, Allow: p.apiAllow, Hosts: []string{}}
+	for _, r := range p.injections {
+		doc.Routes = append(doc.Routes, route{r.kind.provider.id, r.host, credentialGate(routerIP, r), credentialListen(r)})
+	}
+	seen := map[string]bool{}
+	for _, e := range p.entries {
+		switch {
+		case e.Port != 443 || seen[e.Host+fmt.Sprint(e.Wildcard)]:
+		case e.Wildcard:
+			doc.Wildcards = append(doc.Wildcards, e.Host)
+		default:
+			doc.Hosts = append(doc.Hosts, e.Host)
+		}
+		seen[e.Host+fmt.Sprint(e.Wildcard)] = true
+	}
+	b, _ := json.MarshalIndent(doc, "", "  ")
+	return string(b) + "\n"
 }
 
 // apiUpstream is the name of route r's upstream group in the http block,
@@ -439,7 +486,7 @@ http {
 func credentialServer(b *strings.Builder, routerIP string, r credRoute) {
 	prov := r.kind.provider
 	fmt.Fprintf(b, "\n    upstream %s {\n        server unix:%s;\n        keepalive %d;\n    }\n", apiUpstream(r), apiRelaySocket(r), apiKeepalive)
-	fmt.Fprintf(b, "\n    server {\n        listen %s;\n        set $api_host %s;\n", credentialListen(routerIP, r), r.host)
+	fmt.Fprintf(b, "\n    server {\n        listen unix:%s;\n        set $api_host %s;\n", credentialListen(r), r.host)
 	if len(prov.refuseArgs) > 0 {
 		// The API also takes a key in the query: such a request would
 		// use the agent's key, not the user's.
@@ -454,7 +501,9 @@ func credentialServer(b *strings.Builder, routerIP string, r credRoute) {
             proxy_set_header Connection "";
 `, apiUpstream(r))
 	for _, h := range prov.headers {
-		if !strings.EqualFold(h, r.kind.header) {
+		// hack/mutation-check's credential-headers lets the agent's own
+		// credential headers through.
+		if !strings.EqualFold(h, r.kind.header) && !mutated("credential-headers") {
 			fmt.Fprintf(b, "            proxy_set_header %s \"\";\n", h)
 		}
 	}
@@ -480,7 +529,7 @@ func (p routerPlan) forwards(routerIP string) string {
 	tls := "unix:" + tlsSocket + "/tls"
 	pairs := []string{"127.0.0.1:443=" + tls}
 	for _, r := range p.injections {
-		pairs = append(pairs, fmt.Sprintf("127.0.0.1:%d=%s", r.kind.provider.port, credentialListen(routerIP, r)))
+		pairs = append(pairs, fmt.Sprintf("127.0.0.1:%d=%s", r.kind.provider.port, credentialGate(routerIP, r)))
 	}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {

@@ -175,6 +175,11 @@ func (f testRouterFiles) golden(t *testing.T, name string) {
 	golden(t, name+".dnsmasq.conf", dnsmasq)
 	golden(t, name+".nginx.conf", nginx)
 	golden(t, name+".forwards", forwards)
+	policy, err := os.ReadFile(filepath.Join(f.dir, "api-policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, name+".api-policy.json", string(policy))
 }
 
 // renderThroughFiles is the files a session starts with for entries.
@@ -206,7 +211,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	// Only the allowed one, with the test CA when one is given.
 	_, nginx, forwards = renderThroughFiles(t, creds, mustParse(t, "api.openai.com\n"))
 	for _, want := range []string{
-		"listen 10.89.3.2:82;", "set $api_host api.openai.com;", "include /etc/router-credentials/openai.conf;",
+		"listen unix:/tmp/api-openai-proxy.sock;", "set $api_host api.openai.com;", "include /etc/router-credentials/openai.conf;",
 		"proxy_ssl_trusted_certificate /etc/router-credentials/upstream-ca.pem;",
 		"        api.openai.com \"\";\n",
 	} {
@@ -217,7 +222,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	if strings.Contains(nginx, "api.openai.com $ssl_preread_server_name") {
 		t.Error("a credentialed host is still passed by SNI")
 	}
-	if strings.Contains(nginx, ":81;") || strings.Contains(nginx, ":83;") {
+	if strings.Contains(nginx, "api-anthropic-proxy") || strings.Contains(nginx, "api-gemini-proxy") {
 		t.Errorf("proxies for hosts the allowlist does not name:\n%s", nginx)
 	}
 	if forwards != "127.0.0.1:443=unix:"+tlsSocket+"/tls 127.0.0.1:82=10.89.3.2:82\n" {

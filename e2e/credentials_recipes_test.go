@@ -56,6 +56,8 @@ type recipeAPI struct {
 	answer   string
 	// logs are what the fake must have logged: the answer streamed.
 	logs []string
+	// gated are what the exit report must say the API gate refused.
+	gated []string
 	// send is cred.py's request to a base URL ($1), with the agent's own
 	// key ($KEY) in each credential header.
 	send string
@@ -88,8 +90,10 @@ var codexAPI = recipeAPI{
 	// codex exec sends CODEX_API_KEY as its key.
 	own:    `CODEX_API_KEY="$KEY" ` + askTimeout + `codex exec --skip-git-repo-check 'Say hello.'`,
 	answer: "Hello from the fake Responses API.",
-	// Its WebSocket attempt too, which reaches the fake as a plain GET.
-	logs: []string{"api responses streamed events=", "api responses websocket-refused"},
+	logs:   []string{"api responses streamed events="},
+	// Its WebSocket attempt, which the API gate refuses (it cannot read a
+	// WebSocket's frames): Codex falls back to HTTPS by itself.
+	gated: []string{"openai-api.allowed.test GET /v1/responses: rule openai.endpoint"},
 	// Its curated plugins, fetched at each start (recipes/codex/allowed-hosts).
 	mayAsk: []string{"github.com", "api.github.com", "chatgpt.com"},
 	send:   `python3 -S ./cred.py send "$1/responses" '{"model":"gpt-fake","input":"hi"}' "authorization: Bearer $KEY"`,
@@ -175,6 +179,11 @@ func recipeCredRow(t *testing.T, ev *evidence, a recipeAPI) {
 	for _, l := range a.logs {
 		if !strings.Contains(mark.since(), l) {
 			t.Errorf("the fake never logged %q:\n%s", l, mark.since())
+		}
+	}
+	for _, g := range a.gated {
+		if !strings.Contains(h.stderr, g) {
+			t.Errorf("the exit report does not list the API gate's refusal %q:\n%s", g, indent(h.stderr))
 		}
 	}
 	for _, k := range []string{own, direct} {

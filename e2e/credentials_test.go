@@ -28,7 +28,7 @@ import (
 // it.
 func TestCredentials(t *testing.T) {
 	registerSecTable()
-	for _, r := range credRows {
+	for _, r := range append(credRows, gateRows...) {
 		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
 			ev := &evidence{}
 			start := time.Now()

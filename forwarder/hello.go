@@ -36,6 +36,10 @@ const (
 // client sends the older ones any more, and none of them is assigned to
 // anything else, so refusing them costs nothing.
 func hidesName(typ uint16) bool {
+	if mutated("ech-refusal") {
+		// hack/mutation-check: no ClientHello is refused for ECH.
+		return false
+	}
 	return typ >= extECHDraft && typ <= extECH || typ == extESNI
 }
 

@@ -129,7 +129,9 @@ func streamBody(total int64, event int) (delta []byte, count int64) {
 // another, each flushed, until N bytes are sent, then the tail.
 func (c *streamCheck) stream(w http.ResponseWriter, r *http.Request) {
 	conn := c.connNote(r)
-	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	// The whole body, so that a large one (the stream part sends 1 MiB)
+	// leaves the connection fit to keep.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
 	q := r.URL.Query()
 	total, err1 := strconv.ParseInt(q.Get("bytes"), 10, 64)
 	event, err2 := strconv.Atoi(q.Get("event"))

@@ -96,6 +96,13 @@ func (s *tlsServer) messages(w http.ResponseWriter, r *http.Request) {
 type modelRequest struct {
 	Model  string `json:"model"`
 	Stream bool   `json:"stream"`
+	// Tools and MCPServers are logged, so that the API gate's rows see
+	// what arrived of a tool it trimmed or refused.
+	Tools []struct {
+		Type           string   `json:"type"`
+		AllowedDomains []string `json:"allowed_domains"`
+	} `json:"tools"`
+	MCPServers []any `json:"mcp_servers"`
 }
 
 // readModelRequest reads a call's body and logs it as "api KIND ...";
@@ -107,6 +114,14 @@ func (s *tlsServer) readModelRequest(r *http.Request, kind, defaultModel string)
 	if req.Model == "" {
 		req.Model = defaultModel
 	}
-	s.log.printf("api %s path=%q model=%q stream=%v bytes=%d", kind, r.URL.Path, req.Model, req.Stream, len(body))
+	var tools []string
+	for _, t := range req.Tools {
+		tool := t.Type
+		if t.AllowedDomains != nil {
+			tool += "[" + strings.Join(t.AllowedDomains, ",") + "]"
+		}
+		tools = append(tools, tool)
+	}
+	s.log.printf("api %s path=%q query=%q model=%q stream=%v bytes=%d tools=%q mcp_servers=%d", kind, r.URL.Path, r.URL.RawQuery, req.Model, req.Stream, len(body), strings.Join(tools, " "), len(req.MCPServers))
 	return req
 }

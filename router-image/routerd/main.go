@@ -51,6 +51,8 @@ type config struct {
 	// watch names the config files whose changes reach the children
 	// while they run.
 	watch []watched
+	// apiPolicy is the API gate's config file (apiproxy.go); "" for none.
+	apiPolicy string
 }
 
 func main() {
@@ -118,6 +120,7 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 		allow:     allow,
 		children:  defaultChildren(configDir, defaultRunDir),
 		watch:     defaultWatches(configDir, defaultRunDir, dnsmasqBackend),
+		apiPolicy: filepath.Join(configDir, apiPolicyFile),
 	}, nil
 }
 
@@ -208,6 +211,15 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 				stopped <- fmt.Errorf("%s stopped: %w", name, err)
 			}
 		})
+	}
+	if cfg.apiPolicy != "" {
+		gate := newAPIGate(cfg.apiPolicy, stdout, logger)
+		if err := gate.load(); err != nil {
+			logger.Printf("%v", err)
+			return 1
+		}
+		defer gate.close()
+		go gate.follow(ctx, configPoll)
 	}
 	reloads := make(chan reload)
 	if len(cfg.watch) > 0 {
