@@ -496,7 +496,7 @@ var proxyRequest = regexp.MustCompile(`\bcredentials host=(\S+) `)
 
 // apiRefused is a request the API gate refused, in routerd's log format
 // (apiproxy.go): no header or body, only where and by which rule.
-var apiRefused = regexp.MustCompile(`^api-refused host=(\S+) method=([A-Z]+) path="([^"]*)" rule=([a-z_.]+) status=(\d+)$`)
+var apiRefused = regexp.MustCompile(`^api-refused host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") rule=([a-z_.]+) status=(\d+)$`)
 
 // apiGateSummary says which requests to the model APIs the router refused
 // (those the provider would have made reach out on the agent's behalf, or
@@ -510,13 +510,14 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	unprintable := 0
 	for _, line := range strings.Split(routerLog, "\n") {
 		if m := apiRefused.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
-			path := m[3]
-			if !printablePath.MatchString(path) {
+			method, _ := strconv.Unquote(m[2])
+			path, _ := strconv.Unquote(m[3])
+			if !printablePath.MatchString(path) || !printableMethod.MatchString(method) {
 				unprintable++
-				path = "(a path that cannot be printed)"
+				method, path = "", "(a request that cannot be printed)"
 			}
-			refused[key{m[1], m[4], m[2], path}]++
-		} else if h, ok := strings.CutPrefix(strings.TrimSpace(line), "api-changed host="); ok {
+			refused[key{m[1], m[4], method, path}]++
+		} else if h, ok := strings.CutPrefix(strings.TrimSpace(line), "api-changed host="); ok && strings.Contains(h, "trimmed") {
 			host, _, _ := strings.Cut(h, " ")
 			trimmed[host]++
 		}
@@ -529,7 +530,8 @@ func apiGateSummary(routerLog string, allowed []string) string {
 		b.WriteString("agent-sandbox: the router refused requests to the model APIs that your key would have signed:\n")
 		var lines []string
 		for k, n := range refused {
-			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s %s: rule %s, %s; to allow it: AGENT_SANDBOX_API_ALLOW=%s\n", k.host, k.method, k.path, k.rule, plural(n, "time"), k.rule))
+			what := strings.TrimSpace(k.method + " " + k.path)
+			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: AGENT_SANDBOX_API_ALLOW=%s\n", k.host, what, k.rule, plural(n, "time"), k.rule))
 		}
 		sort.Strings(lines)
 		b.WriteString(strings.Join(lines, ""))
@@ -544,6 +546,9 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	}
 	return b.String()
 }
+
+// printableMethod is a request method the summary may print as it is.
+var printableMethod = regexp.MustCompile(`^[A-Za-z-]{1,20}$`)
 
 // printablePath is a request path the summary may print as it is.
 var printablePath = regexp.MustCompile(`^/[A-Za-z0-9._~:/@!$&'()*+,;=%-]*$`)

@@ -357,9 +357,10 @@ func TestAPIAllowNamesOnlyRulesThatCanBeTurnedOff(t *testing.T) {
 
 func TestAPIGateSummaryListsRefusalsWithTheirRule(t *testing.T) {
 	log := strings.Join([]string{
-		`api-refused host=api.anthropic.com method=POST path="/v1/messages" rule=anthropic.mcp_servers status=403`,
-		`api-refused host=api.anthropic.com method=POST path="/v1/messages" rule=anthropic.mcp_servers status=403`,
-		"api-refused host=api.openai.com method=POST path=\"/v1/\x1b[2Jx\" rule=openai.endpoint status=403",
+		`api-refused host=api.anthropic.com method="POST" path="/v1/messages" rule=anthropic.mcp_servers status=403`,
+		`api-refused host=api.anthropic.com method="POST" path="/v1/messages" rule=anthropic.mcp_servers status=403`,
+		`api-refused host=api.openai.com method="POST" path="/v1/\x1b[2Jx" rule=openai.endpoint status=403`,
+		`api-refused host=api.openai.com method="post" path="/v1beta/files\"" rule=openai.endpoint status=403`,
 		`api-changed host=api.anthropic.com path="/v1/messages" note="web_fetch allowed_domains trimmed to [\"x\"]"`,
 		`credentials host=api.anthropic.com method=POST path="/v1/messages" status=200`,
 	}, "\n")
@@ -367,7 +368,7 @@ func TestAPIGateSummaryListsRefusalsWithTheirRule(t *testing.T) {
 	for _, want := range []string{
 		"the API rules gemini.url_context were off",
 		"api.anthropic.com POST /v1/messages: rule anthropic.mcp_servers, 2 times; to allow it: AGENT_SANDBOX_API_ALLOW=anthropic.mcp_servers",
-		"api.openai.com POST (a path that cannot be printed): rule openai.endpoint",
+		"api.openai.com (a request that cannot be printed): rule openai.endpoint, 2 times",
 		"trimmed a web fetch tool's domains to the allowlist in 1 request to api.anthropic.com",
 	} {
 		if !strings.Contains(got, want) {

@@ -104,10 +104,12 @@ type apiGate struct {
 	mu      sync.Mutex
 	opts    apipolicy.Options
 	servers map[string]*http.Server // by listen address
+	// reading holds a token for each body being read and checked.
+	reading chan struct{}
 }
 
 func newAPIGate(path string, out io.Writer, logger *log.Logger) *apiGate {
-	return &apiGate{path: path, out: out, log: logger, servers: map[string]*http.Server{}}
+	return &apiGate{path: path, out: out, log: logger, servers: map[string]*http.Server{}, reading: make(chan struct{}, 4)}
 }
 
 // load reads the policy and starts a server for each new route; routes
@@ -130,7 +132,9 @@ func (g *apiGate) load() error {
 		if err != nil {
 			return fmt.Errorf("api gate: %w", err)
 		}
-		srv := &http.Server{Handler: g.handler(r), ReadHeaderTimeout: 30 * time.Second}
+		// ReadTimeout bounds the request alone (the answer may stream
+		// for as long as it takes): an agent's requests are sent at once.
+		srv := &http.Server{Handler: g.handler(r), ReadHeaderTimeout: 30 * time.Second, ReadTimeout: 5 * time.Minute}
 		g.servers[r.Listen] = srv
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -215,13 +219,26 @@ func (g *apiGate) handler(r apiRoute) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// A few bodies at a time: each is read whole and parsed, and a
+		// router that runs out of memory ends the session.
+		select {
+		case g.reading <- struct{}{}:
+		case <-req.Context().Done():
+			return
+		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, apipolicy.MaxBody+1))
 		if err != nil {
+			<-g.reading
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		d := apipolicy.Check(provider, apipolicy.Request{Method: req.Method, Path: req.URL.Path, RawQuery: req.URL.RawQuery,
-			ContentEncoding: req.Header.Get("Content-Encoding"), Body: body}, g.options())
+		// The path as sent, escapes and all: what nginx passes on is what
+		// the rules must see (a %2F that matched once decoded would not
+		// be the path the provider reads).
+		path := req.URL.EscapedPath()
+		d := apipolicy.Check(provider, apipolicy.Request{Method: req.Method, Path: path, RawQuery: req.URL.RawQuery,
+			ContentEncoding: strings.Join(req.Header.Values("Content-Encoding"), ","), Body: body}, g.options())
+		<-g.reading
 		// hack/mutation-check's api-endpoint-open passes every endpoint,
 		// api-body-open every body.
 		if d.Refused && (mutated("api-endpoint-open") && strings.HasSuffix(d.Rule, ".endpoint") ||
@@ -230,17 +247,26 @@ func (g *apiGate) handler(r apiRoute) http.Handler {
 		}
 		if d.Refused {
 			// Neither headers nor body: the log is the launcher's to read.
-			fmt.Fprintf(g.out, "api-refused host=%s method=%s path=%q rule=%s status=%d\n", r.Host, req.Method, req.URL.Path, d.Rule, d.Status)
+			fmt.Fprintf(g.out, "api-refused host=%s method=%q path=%q rule=%s status=%d\n", r.Host, req.Method, path, d.Rule, d.Status)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(d.Status)
 			_, _ = w.Write(apipolicy.ErrorBody(provider, d))
 			return
 		}
 		for _, n := range d.Notes {
-			fmt.Fprintf(g.out, "api-changed host=%s path=%q note=%s\n", r.Host, req.URL.Path, strconv.Quote(n))
+			fmt.Fprintf(g.out, "api-changed host=%s path=%q note=%s\n", r.Host, path, strconv.Quote(n))
+		}
+		for _, n := range d.Allowed {
+			fmt.Fprintf(g.out, "api-allowed host=%s path=%q note=%s\n", r.Host, path, strconv.Quote(n))
 		}
 		if d.Body != nil {
 			body = d.Body
+		}
+		// Headers that would make the provider read the request as another
+		// one than the rules did (Google's APIs take a method override), or
+		// turn it into a stream the gate cannot read.
+		for _, h := range []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "Upgrade", "Http2-Settings"} {
+			req.Header.Del(h)
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))

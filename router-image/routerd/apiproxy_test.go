@@ -74,6 +74,11 @@ func TestAPIGateRefusesSendsOnAndStreams(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(string(msg), `"permission_error"`) || !strings.Contains(string(msg), "anthropic.mcp_servers") {
 		t.Errorf("refusal: %d %s", resp.StatusCode, msg)
 	}
+	// A path that matches only once decoded is not the one sent on.
+	resp = post("/v1%2Fmessages", `{"model":"m","messages":[]}`)
+	if resp.StatusCode != 403 {
+		t.Errorf("an escaped path: %d, want 403", resp.StatusCode)
+	}
 	// Sent on, with the web fetch tool trimmed, answered as a stream whose
 	// first event arrives before the second is written.
 	start := time.Now()
@@ -98,7 +103,7 @@ func TestAPIGateRefusesSendsOnAndStreams(t *testing.T) {
 	outMu.Lock()
 	log := out.String()
 	outMu.Unlock()
-	for _, want := range []string{`api-refused host=api.anthropic.com method=POST path="/v1/messages" rule=anthropic.mcp_servers status=403`, "api-changed host=api.anthropic.com", "trimmed"} {
+	for _, want := range []string{`api-refused host=api.anthropic.com method="POST" path="/v1/messages" rule=anthropic.mcp_servers status=403`, "api-changed host=api.anthropic.com", "trimmed"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("router log lacks %q:\n%s", want, log)
 		}

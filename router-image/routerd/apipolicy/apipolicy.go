@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -66,8 +67,10 @@ type Decision struct {
 	Reason  string
 	// Body, when not nil, replaces the request's body (a trimmed tool).
 	Body []byte
-	// Notes say what was changed, for the log and the report.
-	Notes []string
+	// Notes say what was changed, for the log and the report; Allowed,
+	// what passed because the user allowed a rule by name.
+	Notes   []string
+	Allowed []string
 }
 
 func refuse(status int, rule, reason string) Decision {
@@ -94,7 +97,8 @@ func ep(method, pattern string, body bodyKind) endpoint {
 	return endpoint{method, regexp.MustCompile("^" + pattern + "$"), body}
 }
 
-const id = `[A-Za-z0-9_.:-]+`
+// id is one path segment naming an object: never "." or "..".
+const id = `[A-Za-z0-9_:-][A-Za-z0-9_.:-]*`
 
 // endpoints are, for each provider, what Claude Code, Codex and Gemini CLI
 // call, and the read-only or batch calls of the same APIs.
@@ -105,7 +109,6 @@ var endpoints = map[Provider][]endpoint{
 		ep("GET", `/v1/models`, noBody),
 		ep("GET", `/v1/models/`+id, noBody),
 		ep("POST", `/v1/messages/batches`, batchBody),
-		ep("GET", `/v1/messages/batches`, noBody),
 		ep("GET", `/v1/messages/batches/`+id, noBody),
 		ep("GET", `/v1/messages/batches/`+id+`/results`, noBody),
 		ep("POST", `/v1/messages/batches/`+id+`/cancel`, noBody),
@@ -130,10 +133,10 @@ var endpoints = map[Provider][]endpoint{
 	},
 }
 
-// credentialArgs are query arguments that carry a credential on one API or
-// another: on the user's key, a request must not bring its own.
-var credentialArgs = map[string]bool{"key": true, "api_key": true, "apikey": true, "api-key": true, "access_token": true,
-	"oauth_token": true, "token": true, "auth": true, "authorization": true}
+// credentialWords are what the names of query arguments that carry a
+// credential hold, on one API or another (key, api_key, access_token,
+// bearer_token, ...): on the user's key, a request must not bring its own.
+var credentialWords = []string{"key", "token", "auth", "secret", "credential", "password", "signature", "sig"}
 
 // Allowable are the rules a user may turn off by name
 // (AGENT_SANDBOX_API_ALLOW). Those that keep the check itself sound (the
@@ -141,7 +144,7 @@ var credentialArgs = map[string]bool{"key": true, "api_key": true, "apikey": tru
 var Allowable = []string{
 	"anthropic.endpoint", "anthropic.mcp_servers", "anthropic.url_source", "anthropic.web_fetch",
 	"gemini.endpoint", "gemini.url_context", "gemini.url_source",
-	"openai.endpoint", "openai.mcp", "openai.url_source",
+	"openai.container_network", "openai.endpoint", "openai.mcp", "openai.url_source", "openai.web_search",
 }
 
 // Check decides what to do with a request to provider's API.
@@ -157,12 +160,18 @@ func Check(p Provider, r Request, o Options) Decision {
 			break
 		}
 	}
+	var allowedNote []string
 	if e == nil {
 		rule := string(p) + ".endpoint"
-		if o.Allow[rule] {
-			return Decision{Notes: []string{"endpoint " + r.Method + " " + r.Path + " passed: " + rule + " is allowed"}}
+		if !o.Allow[rule] {
+			return refuse(403, rule, fmt.Sprintf("%s %s is not an endpoint the sandbox passes with your key", r.Method, r.Path))
 		}
-		return refuse(403, rule, fmt.Sprintf("%s %s is not an endpoint the sandbox passes with your key", r.Method, r.Path))
+		// Allowed by name: its body is still read like a model request's.
+		allowedNote = []string{"endpoint " + r.Method + " " + r.Path + " passed: " + rule + " is allowed"}
+		e = &endpoint{method: r.Method, body: modelBody}
+		if len(r.Body) == 0 {
+			return Decision{Allowed: allowedNote}
+		}
 	}
 	if e.body == noBody && len(r.Body) == 0 {
 		return Decision{}
@@ -183,7 +192,10 @@ func Check(p Provider, r Request, o Options) Decision {
 	c := checker{p: p, o: o}
 	switch e.body {
 	case batchBody:
-		reqs, _ := doc["requests"].([]any)
+		reqs, ok := doc["requests"].([]any)
+		if !ok || len(reqs) == 0 {
+			return refuse(400, string(p)+".parse", "a batch needs requests, an array of requests with params")
+		}
 		for i, one := range reqs {
 			m, _ := one.(map[string]any)
 			params, _ := m["params"].(map[string]any)
@@ -201,13 +213,13 @@ func Check(p Provider, r Request, o Options) Decision {
 		}
 	}
 	if !c.changed {
-		return Decision{Notes: c.notes}
+		return Decision{Notes: c.notes, Allowed: allowedNote}
 	}
 	body, err := json.Marshal(doc)
 	if err != nil {
 		return refuse(400, string(p)+".parse", err.Error())
 	}
-	return Decision{Body: body, Notes: c.notes}
+	return Decision{Body: body, Notes: c.notes, Allowed: allowedNote}
 }
 
 // checkQuery refuses a query that carries a credential, names an argument
@@ -217,14 +229,18 @@ func checkQuery(p Provider, raw string) (Decision, bool) {
 	if raw == "" {
 		return Decision{}, true
 	}
+	if strings.Contains(raw, ";") {
+		return refuse(403, string(p)+".query", "a ; in the query is refused (some servers split arguments on it)"), false
+	}
 	for _, part := range strings.Split(raw, "&") {
 		name, _, _ := strings.Cut(part, "=")
+		lower := strings.ToLower(name)
 		switch {
 		case strings.HasPrefix(name, "$"):
 			return refuse(403, string(p)+".query", "query arguments whose name starts with $ are refused (Google reads $key as key)"), false
 		case strings.Contains(name, "%"):
 			return refuse(403, string(p)+".query", "percent-encoded query argument names are refused (they could spell a credential)"), false
-		case credentialArgs[strings.ToLower(name)]:
+		case slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(lower, w) }):
 			return refuse(403, string(p)+".query", "a credential in the query ("+name+"=) is refused: the router adds yours"), false
 		}
 	}
@@ -261,11 +277,31 @@ func (c *checker) model(doc map[string]any) Decision {
 			}
 		}
 	case OpenAI:
+		if _, ok := doc["web_search_options"]; ok && !c.o.Allow["openai.web_search"] {
+			return c.refuse("openai.web_search", "web_search_options lets OpenAI's servers open the pages the prompt names")
+		}
 		tools, _ := doc["tools"].([]any)
 		for _, t := range tools {
 			tool, _ := t.(map[string]any)
-			if typ, _ := tool["type"].(string); typ == "mcp" && !c.o.Allow["openai.mcp"] {
+			typ, _ := tool["type"].(string)
+			switch {
+			case typ == "mcp" && !c.o.Allow["openai.mcp"]:
 				return c.refuse("openai.mcp", "an mcp tool makes OpenAI's servers connect to the MCP server or connector it names")
+			case strings.HasPrefix(typ, "web_search_preview") && !c.o.Allow["openai.web_search"]:
+				return c.refuse("openai.web_search", "web_search_preview lets OpenAI's servers open the pages the prompt names, and has no switch to stop it")
+			case typ == "web_search" && !c.o.Allow["openai.web_search"]:
+				// Search stays; opening pages live does not (what Codex's
+				// cached mode asks for).
+				if v, ok := tool["external_web_access"].(bool); !ok || v {
+					tool["external_web_access"] = false
+					c.changed = true
+					c.notes = append(c.notes, c.where+"web_search external_web_access set to false")
+				}
+			}
+		}
+		if !c.o.Allow["openai.container_network"] {
+			if what, ok := containerNetwork(doc); ok {
+				return c.refuse("openai.container_network", what+" gives the code OpenAI's servers run network access")
 			}
 		}
 	case Gemini:
@@ -303,25 +339,55 @@ func empty(v any) bool {
 	return false
 }
 
-// urlKeys are the fields through which the APIs take content by URL: an
-// image or document source's url, OpenAI's image_url and file_url,
-// Gemini's file_uri.
-var urlKeys = map[string]bool{"url": true, "image_url": true, "file_url": true, "file_uri": true, "fileUri": true}
+// containerNetwork finds a network policy that is not "disabled", or
+// domain secrets, anywhere in the body: OpenAI's hosted containers
+// (code_interpreter, shell) reach the domains they name.
+func containerNetwork(v any) (string, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			switch k {
+			case "network_policy":
+				np, _ := val.(map[string]any)
+				if typ, _ := np["type"].(string); typ != "disabled" {
+					return "a network_policy that is not disabled", true
+				}
+			case "domain_secrets":
+				if !empty(val) {
+					return "domain_secrets", true
+				}
+			}
+			if what, ok := containerNetwork(val); ok {
+				return what, true
+			}
+		}
+	case []any:
+		for _, val := range x {
+			if what, ok := containerNetwork(val); ok {
+				return what, true
+			}
+		}
+	}
+	return "", false
+}
 
-// foreignURL finds, anywhere in the body, a URL in a content field whose
-// host the allowlist does not admit.
+// foreignURL finds content the provider would fetch by URL, where the
+// APIs take it (an image or document source of type url, OpenAI's
+// input_image, input_file and image_url parts, Gemini's file data), whose
+// URL is not data: or an absolute http(s) URL whose host the allowlist
+// admits. A URL anywhere else (a citation, a tool's input) is data.
 func (c *checker) foreignURL(v any) (string, bool) {
 	switch x := v.(type) {
 	case map[string]any:
+		for _, u := range contentURLs(x) {
+			if !c.admittedURL(u) {
+				return u, true
+			}
+		}
 		for k, val := range x {
 			if k == "mcp_servers" {
 				// Refused above unless the user allowed the connector.
 				continue
-			}
-			if s, ok := val.(string); ok && urlKeys[k] {
-				if host, ok := httpHost(s); ok && !c.o.Admits(host) {
-					return s, true
-				}
 			}
 			if u, ok := c.foreignURL(val); ok {
 				return u, true
@@ -337,41 +403,96 @@ func (c *checker) foreignURL(v any) (string, bool) {
 	return "", false
 }
 
-// httpHost is the host of an http or https URL (other schemes, data: and
-// file references, name no host the provider would fetch).
-func httpHost(s string) (string, bool) {
-	u, err := url.Parse(strings.TrimSpace(s))
-	if err != nil {
-		// Not a URL the sandbox can read: treat it as one it cannot admit.
-		return s, strings.Contains(strings.ToLower(s), "://")
+// contentURLs are the URLs an object hands the provider to fetch.
+func contentURLs(o map[string]any) []string {
+	str := func(v any) (string, bool) { s, ok := v.(string); return s, ok }
+	var out []string
+	typ, _ := str(o["type"])
+	switch typ {
+	case "url":
+		// Anthropic: an image or document source {"type":"url","url":...}.
+		if u, ok := str(o["url"]); ok {
+			out = append(out, u)
+		}
+	case "input_image":
+		if u, ok := str(o["image_url"]); ok {
+			out = append(out, u)
+		}
+	case "input_file":
+		if u, ok := str(o["file_url"]); ok {
+			out = append(out, u)
+		}
+	case "image_url":
+		switch iu := o["image_url"].(type) {
+		case string:
+			out = append(out, iu)
+		case map[string]any:
+			if u, ok := str(iu["url"]); ok {
+				out = append(out, u)
+			}
+		}
+	}
+	for _, k := range []string{"fileData", "file_data"} {
+		if fd, ok := o[k].(map[string]any); ok {
+			for _, uk := range []string{"fileUri", "file_uri"} {
+				if u, ok := str(fd[uk]); ok {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// admittedURL is data: or an absolute http(s) URL the allowlist admits.
+func (c *checker) admittedURL(s string) bool {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(strings.ToLower(s), "data:") {
+		return true
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil {
+		return false
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "http", "https", "ftp", "ws", "wss":
-		return strings.ToLower(u.Hostname()), true
+	case "http", "https":
+		return c.o.Admits(strings.ToLower(u.Hostname()))
 	}
-	return "", false
+	return false
 }
+
+// domainEntry is an allowed_domains entry the trimming understands.
+var domainEntry = regexp.MustCompile(`^((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.?)(/[a-z0-9._~/-]*)?$`)
 
 // trimWebFetch keeps only the domains the allowlist admits, with every
 // name under them (the API fetches a domain's subdomains too); a tool
 // that names none gets the allowlist's own names that qualify. A tool
 // left with no domain is refused.
 func (c *checker) trimWebFetch(tool map[string]any) Decision {
-	admitted := func(d string) bool {
-		host := strings.ToLower(strings.TrimSuffix(strings.SplitN(d, "/", 2)[0], "."))
-		return host != "" && c.o.Admits(host) && c.o.Admits("sub."+host)
+	// A domain as a host name, lowercase letters, digits, dots and
+	// dashes, with at most a plain path: anything else could be read as
+	// another host.
+	admitted := func(d string) (string, bool) {
+		m := domainEntry.FindStringSubmatch(strings.ToLower(d))
+		if m == nil {
+			return "", false
+		}
+		host := strings.TrimSuffix(m[1], ".")
+		return host + m[2], host != "" && c.o.Admits(host) && c.o.Admits("sub."+host)
 	}
 	var keep []any
 	if list, ok := tool["allowed_domains"].([]any); ok {
 		for _, d := range list {
-			if s, ok := d.(string); ok && admitted(s) {
-				keep = append(keep, s)
+			if s, ok := d.(string); ok {
+				if norm, ok := admitted(s); ok {
+					keep = append(keep, norm)
+				}
 			}
 		}
 	} else {
 		for _, h := range c.o.Hosts {
-			if admitted(h) {
-				keep = append(keep, h)
+			if norm, ok := admitted(h); ok {
+				keep = append(keep, norm)
 			}
 		}
 	}
@@ -391,65 +512,86 @@ func (c *checker) trimWebFetch(tool map[string]any) Decision {
 	return Decision{}
 }
 
-// parseStrict reads a JSON object and refuses what two parsers could read
-// differently: duplicate keys at any depth, trailing data.
+// Bounds of a body the gate reads: nesting deeper than the APIs' own
+// (Go's decoder alone stops at 10,000, past what a goroutine's stack
+// takes on a small router), and values beyond what any agent sends.
+const (
+	maxDepth  = 128
+	maxTokens = 2_000_000
+)
+
+// parseStrict reads a JSON object in one pass and refuses what two
+// parsers could read differently (a key twice in one object, data after
+// the object) and what costs more than a request needs.
 func parseStrict(body []byte) (map[string]any, error) {
-	if err := noDuplicateKeys(json.NewDecoder(bytes.NewReader(body))); err != nil {
-		return nil, err
-	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
-	var doc map[string]any
-	if err := d.Decode(&doc); err != nil {
+	p := strictParser{d: d}
+	v, err := p.value(0)
+	if err != nil {
 		return nil, err
 	}
-	if d.More() {
+	if _, err := d.Token(); err == nil {
 		return nil, fmt.Errorf("data after the JSON object")
 	}
-	if doc == nil {
+	doc, ok := v.(map[string]any)
+	if !ok {
 		return nil, fmt.Errorf("not a JSON object")
 	}
 	return doc, nil
 }
 
-func noDuplicateKeys(d *json.Decoder) error {
-	var walk func() error
-	walk = func() error {
-		t, err := d.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for d.More() {
-				k, err := d.Token()
-				if err != nil {
-					return err
-				}
-				key, _ := k.(string)
-				if seen[key] {
-					return fmt.Errorf("the key %q appears twice in one object", key)
-				}
-				seen[key] = true
-				if err := walk(); err != nil {
-					return err
-				}
-			}
-			_, err := d.Token()
-			return err
-		case json.Delim('['):
-			for d.More() {
-				if err := walk(); err != nil {
-					return err
-				}
-			}
-			_, err := d.Token()
-			return err
-		}
-		return nil
+type strictParser struct {
+	d      *json.Decoder
+	tokens int
+}
+
+func (p *strictParser) token() (json.Token, error) {
+	if p.tokens++; p.tokens > maxTokens {
+		return nil, fmt.Errorf("more than %d JSON values", maxTokens)
 	}
-	return walk()
+	return p.d.Token()
+}
+
+func (p *strictParser) value(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("JSON nested deeper than %d", maxDepth)
+	}
+	t, err := p.token()
+	if err != nil {
+		return nil, err
+	}
+	switch t {
+	case json.Delim('{'):
+		obj := map[string]any{}
+		for p.d.More() {
+			k, err := p.token()
+			if err != nil {
+				return nil, err
+			}
+			key, _ := k.(string)
+			if _, dup := obj[key]; dup {
+				return nil, fmt.Errorf("the key %q appears twice in one object", key)
+			}
+			if obj[key], err = p.value(depth + 1); err != nil {
+				return nil, err
+			}
+		}
+		_, err := p.token()
+		return obj, err
+	case json.Delim('['):
+		arr := []any{}
+		for p.d.More() {
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		_, err := p.token()
+		return arr, err
+	}
+	return t, nil
 }
 
 // ErrorBody is a refusal in the provider's own error shape, so that the

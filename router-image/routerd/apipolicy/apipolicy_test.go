@@ -127,3 +127,55 @@ func TestARuleTheUserAllowsPasses(t *testing.T) {
 		t.Error("one provider's allowance opened another's")
 	}
 }
+
+// The hostile review's requests (issue 20): each must be refused, or
+// pass changed, or pass as ordinary traffic.
+func TestTheReviewsRequests(t *testing.T) {
+	deep := `{"a":` + strings.Repeat("[", 4_000_000)
+	for _, c := range []struct {
+		name string
+		p    Provider
+		r    Request
+		o    Options
+		rule string // "" passes
+		want string // in the body sent on
+	}{
+		{"a container with network", OpenAI, Request{Method: "POST", Path: "/v1/responses", Body: []byte(`{"model":"g","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["attacker.example"]}}}]}`)}, opts, "openai.container_network", ""},
+		{"a shell with domain secrets", OpenAI, Request{Method: "POST", Path: "/v1/responses", Body: []byte(`{"model":"g","input":"x","tools":[{"type":"shell","environment":{"type":"container_auto","domain_secrets":[{"domain":"a"}]}}]}`)}, opts, "openai.container_network", ""},
+		{"a container without network", OpenAI, Request{Method: "POST", Path: "/v1/responses", Body: []byte(`{"model":"g","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"disabled"}}}]}`)}, opts, "", ""},
+		{"web search opens no page", OpenAI, Request{Method: "POST", Path: "/v1/responses", Body: []byte(`{"model":"g","input":"open https://attacker.example/","tools":[{"type":"web_search"}]}`)}, opts, "", `"external_web_access":false`},
+		{"web_search_preview", OpenAI, Request{Method: "POST", Path: "/v1/responses", Body: []byte(`{"model":"g","input":"x","tools":[{"type":"web_search_preview"}]}`)}, opts, "openai.web_search", ""},
+		{"web_search_options", OpenAI, Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"model":"g","messages":[],"web_search_options":{}}`)}, opts, "openai.web_search", ""},
+		{"an allowed endpoint still has its body read", Gemini, Request{Method: "POST", Path: "/v1alpha/models/g:generateContent", Body: []byte(geminiURL)}, Options{Admits: opts.Admits, Allow: map[string]bool{"gemini.endpoint": true}}, "gemini.url_context", ""},
+		{"nesting four million deep", Anthropic, Request{Method: "POST", Path: "/v1/messages", Body: []byte(deep)}, opts, "anthropic.parse", ""},
+		{"a citation's URL is data", Anthropic, Request{Method: "POST", Path: "/v1/messages", Body: []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","content":[{"type":"web_search_result","url":"https://elsewhere.example/","title":"t"}]},{"type":"text","text":"x","citations":[{"type":"web_search_result_location","url":"https://elsewhere.example/"}]},{"type":"tool_use","id":"t","name":"WebFetch","input":{"url":"https://elsewhere.example/"}}]}]}`)}, opts, "", ""},
+		{"a relative image URL", Anthropic, Request{Method: "POST", Path: "/v1/messages", Body: []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"//attacker.example/i.png"}}]}]}`)}, opts, "anthropic.url_source", ""},
+		{"a gs:// file", Gemini, Request{Method: "POST", Path: "/v1beta/models/g:generateContent", Body: []byte(`{"contents":[{"parts":[{"fileData":{"fileUri":"gs://attacker/x","mimeType":"text/plain"}}]}]}`)}, opts, "gemini.url_source", ""},
+		{"a chat image by URL", OpenAI, Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"model":"g","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://attacker.example/i.png"}}]}]}`)}, opts, "openai.url_source", ""},
+		{"the list of every batch", Anthropic, Request{Method: "GET", Path: "/v1/messages/batches"}, opts, "anthropic.endpoint", ""},
+		{"a batch that is not an array", Anthropic, Request{Method: "POST", Path: "/v1/messages/batches", Body: []byte(`{"requests":{"0":{"params":{"mcp_servers":[{"url":"x"}]}}}}`)}, opts, "anthropic.parse", ""},
+		{"a ; in the query", Gemini, Request{Method: "POST", Path: "/v1beta/models/g:generateContent", RawQuery: "alt=sse;key=x", Body: []byte(geminiReq)}, opts, "gemini.query", ""},
+		{"bearer_token", Gemini, Request{Method: "POST", Path: "/v1beta/models/g:generateContent", RawQuery: "bearer_token=x", Body: []byte(geminiReq)}, opts, "gemini.query", ""},
+		{"an id of ..", Anthropic, Request{Method: "POST", Path: "/v1/messages/batches/../cancel"}, opts, "anthropic.endpoint", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Check(c.p, c.r, c.o)
+			switch {
+			case c.rule == "" && d.Refused:
+				t.Fatalf("refused (%s): %s", d.Rule, d.Reason)
+			case c.rule != "" && (!d.Refused || d.Rule != c.rule):
+				t.Fatalf("decision %+v, want refusal by %s", d, c.rule)
+			case c.want != "" && !strings.Contains(string(d.Body), c.want):
+				t.Fatalf("sent on %s, want %s in it", d.Body, c.want)
+			}
+		})
+	}
+}
+
+func TestWebFetchDomainsAreReadAsHostNames(t *testing.T) {
+	body := `{"model":"m","max_tokens":1,"messages":[],"tools":[{"type":"web_fetch_20250910","name":"web_fetch","allowed_domains":["attacker.example#.wild.test","attacker.example?.wild.test","attacker.example\\.wild.test","*.wild.test","attacker.example%2f.wild.test","X.Wild.Test/Docs","a.wild.test:443"]}]}`
+	d := Check(Anthropic, Request{Method: "POST", Path: "/v1/messages", Body: []byte(body)}, opts)
+	if d.Refused || !strings.Contains(string(d.Body), `"allowed_domains":["x.wild.test/docs"]`) {
+		t.Fatalf("decision %+v, body %s", d, d.Body)
+	}
+}
