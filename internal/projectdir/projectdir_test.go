@@ -58,6 +58,16 @@ func repo(t *testing.T) string {
 	return root
 }
 
+// repoDirs are the tree's git dirs, sorted.
+func repoDirs(t Tree) []string {
+	var dirs []string
+	for _, repo := range t.Repos {
+		dirs = append(dirs, repo.Dir)
+	}
+	slices.Sort(dirs)
+	return dirs
+}
+
 func scan(t *testing.T, root string) (*Root, Tree) {
 	t.Helper()
 	r, err := OpenRoot(root)
@@ -74,11 +84,7 @@ func TestScanFindsRepositoriesAndTheFilesGitTakesConfigThrough(t *testing.T) {
 	if err := tree.Refusal(root); err != nil {
 		t.Fatal(err)
 	}
-	var dirs []string
-	for _, repo := range tree.Repos {
-		dirs = append(dirs, repo.Dir)
-	}
-	slices.Sort(dirs)
+	dirs := repoDirs(tree)
 	if !slices.Equal(dirs, []string{".git", ".git/modules/lib"}) {
 		t.Errorf("repos = %q", dirs)
 	}
@@ -548,11 +554,7 @@ func TestGitDirsAreFoundAsGitFindsThem(t *testing.T) {
 		"src/x.go": "package x\n", "b/objects/": "", "b/refs/": "", "b/config": "[core]\n"})
 	must(t, os.Symlink("refs/heads/main", filepath.Join(root, "b/HEAD")))
 	r, tree := scan(t, root)
-	var dirs []string
-	for _, repo := range tree.Repos {
-		dirs = append(dirs, repo.Dir)
-	}
-	slices.Sort(dirs)
+	dirs := repoDirs(tree)
 	if !slices.Equal(dirs, []string{".", "b"}) {
 		t.Fatalf("repos = %q", dirs)
 	}
