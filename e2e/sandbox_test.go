@@ -319,9 +319,28 @@ func podmanInventory(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, lines(out)...)
+		for _, l := range lines(out) {
+			if q[0] == "network" {
+				l = sortedNetworkLabels(l)
+			}
+			all = append(all, l)
+		}
 	}
 	return all
+}
+
+// sortedNetworkLabels puts the labels of a "network NAME k=v,k=v" line in
+// order: podman network ls prints them in Go's map order, which changes
+// from one call to the next, so that a network that was there all along
+// (a running session's) would look new.
+func sortedNetworkLabels(line string) string {
+	f := strings.SplitN(line, " ", 3)
+	if len(f) < 3 {
+		return line
+	}
+	labels := strings.Split(f[2], ",")
+	slices.Sort(labels)
+	return f[0] + " " + f[1] + " " + strings.Join(labels, ",")
 }
 
 func newObjects(before, after []string) []string {
