@@ -11,5 +11,8 @@ var mutation string
 
 func mutated(name string) bool { return mutation == name }
 
+// mutating: see mutation_off.go.
+const mutating = true
+
 // The launch dir's defences live in their own package.
 func init() { projectdir.Mutate(mutation) }

@@ -86,7 +86,7 @@ func openProject(dir string, host projectdir.Host, bound projectdir.Bound, out i
 			"start from a smaller directory, or raise AGENT_SANDBOX_SCAN_DIRS (now %d directories)", dir, p.tree.Cut, bound.Dirs)
 	}
 	p.stamps = projectdir.Stamp(root, p.tree)
-	if mutated("no-protections") { // hack/mutation-check: nothing mounted over the launch dir
+	if mutating && mutated("no-protections") { // hack/mutation-check: nothing mounted over the launch dir
 		p.plan = projectdir.Plan{}
 	}
 	return p, nil
