@@ -185,23 +185,13 @@ func (i Info) IsLink() bool    { return i.ID.Mode == unix.S_IFLNK }
 // Lstat describes rel itself (a link as a link); every component above it
 // must be a real directory.
 func (r *Root) Lstat(rel string) (Info, error) {
-	rel, err := clean(rel)
+	d, base, done, err := r.parent(rel)
 	if err != nil {
 		return Info{}, err
 	}
-	dir, base := filepath.Split(rel)
+	defer done()
 	var st unix.Stat_t
-	if dir == "" {
-		err = unix.Fstatat(r.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
-	} else {
-		d, oerr := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
-		if oerr != nil {
-			return Info{}, oerr
-		}
-		err = unix.Fstatat(int(d.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW)
-		d.Close()
-	}
-	if err != nil {
+	if err := unix.Fstatat(d, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Info{}, &os.PathError{Op: "lstat", Path: filepath.Join(r.Path, rel), Err: err}
 	}
 	return infoOf(&st), nil
