@@ -27,23 +27,40 @@ func addUserCommands(root *cobra.Command, ctx context.Context, set settings) {
 }
 
 func newAllowCommand(set settings) *cobra.Command {
-	return reportFlagErrors(&cobra.Command{
-		Use:   "allow HOST[:PORT]...",
+	var passthrough bool
+	cmd := reportFlagErrors(&cobra.Command{
+		Use:   "allow [--passthrough] HOST[:PORT]...",
 		Short: "Add hosts to the allowlist",
 		Long: `allow appends each host that is not already in the allowlist, with a
 comment saying when it was added. Comments, blank lines and the order of the
 file are kept. Every argument is checked first: if one is not a valid entry,
-nothing is written.`,
-		Example: `  agent-sandbox allow api.openai.com         # TLS on port 443, checked by SNI
+nothing is written.
+
+The router inspects HTTPS to the hosts it allows: it ends TLS with a
+certificate of the session's own CA, which the sandbox trusts, and removes
+every credential the agent sends of its own. --passthrough adds hosts that
+it passes by SNI, unread, for a tool that pins its certificates: there a
+key the agent brings works in anyone's name.`,
+		Example: `  agent-sandbox allow api.openai.com         # HTTPS on port 443, inspected
   agent-sandbox allow '*.googleapis.com'     # any name under googleapis.com
+  agent-sandbox allow --passthrough pinned.example.com  # TLS passed unread, by SNI
   agent-sandbox allow gitlab.example.com:22  # raw TCP to that host and port (ssh)`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if passthrough {
+				marked := make([]string, len(args))
+				for i, a := range args {
+					marked[i] = a + " " + passthroughMark
+				}
+				args = marked
+			}
 			return editCommand(set, cmd.ErrOrStderr(), "allow", args, func(content []byte, entries []entry) ([]byte, []string) {
 				return allowLines(content, entries, time.Now().Format(time.DateOnly))
 			})
 		},
 	})
+	cmd.Flags().BoolVar(&passthrough, "passthrough", false, "pass the hosts' TLS unread, by SNI (for tools that pin certificates)")
+	return cmd
 }
 
 func newDenyCommand(set settings) *cobra.Command {
@@ -82,7 +99,7 @@ sorted, duplicates merged, comments dropped. The file's path goes to stderr.`,
 			}
 			say(cmd.ErrOrStderr(), "%s: %s", set.allowlist, countEntries(len(entries)))
 			for _, e := range entries {
-				fmt.Fprintln(cmd.OutOrStdout(), e.String())
+				fmt.Fprintln(cmd.OutOrStdout(), e.line())
 			}
 			return nil
 		},
@@ -118,6 +135,11 @@ func editCommand(set settings, errOut io.Writer, name string, args []string, edi
 		entries, _ := parseHostArgs(args)
 		for _, w := range lintAllowlist(entries) {
 			say(errOut, "%s", w)
+		}
+		for _, e := range entries {
+			if e.Passthrough {
+				say(errOut, "%s passes unread: the router cannot remove a key the agent brings there, so the agent can act on it in anyone's name", e)
+			}
 		}
 	}
 	return nil
@@ -264,10 +286,14 @@ const allowCommentColumn = 30
 // with a comment dated date, and says for each entry what it did.
 func allowLines(content []byte, entries []entry, date string) ([]byte, []string) {
 	lines := splitRawLines(content)
-	have := map[entry]bool{}
+	have := map[entry]entry{}
 	for _, l := range lines {
 		if e, ok := lineEntry(l.text); ok {
-			have[e] = true
+			// A host on two lines is passed through if either says so.
+			if prev, ok := have[e.key()]; ok {
+				e.Passthrough = e.Passthrough || prev.Passthrough
+			}
+			have[e.key()] = e
 		}
 	}
 	nl := fileNewline(lines)
@@ -278,13 +304,19 @@ func allowLines(content []byte, entries []entry, date string) ([]byte, []string)
 	var msgs []string
 	added := false
 	for _, e := range entries {
-		if have[e] {
-			msgs = append(msgs, e.String()+" was already allowed")
+		prev, ok := have[e.key()]
+		switch {
+		case ok && prev.Passthrough == e.Passthrough:
+			msgs = append(msgs, e.line()+" was already allowed")
+			continue
+		case ok && prev.Passthrough:
+			// The passthrough line would still win over a new one.
+			msgs = append(msgs, fmt.Sprintf("%s is allowed as passthrough; to have it inspected, run: agent-sandbox deny %s, then agent-sandbox allow %s", e, e, e))
 			continue
 		}
-		have[e], added = true, true
-		out = fmt.Appendf(out, "%-*s # added by agent-sandbox allow on %s%s", allowCommentColumn-2, e.String(), date, nl)
-		msgs = append(msgs, "allowed "+e.String())
+		have[e.key()], added = e, true
+		out = fmt.Appendf(out, "%-*s # added by agent-sandbox allow on %s%s", allowCommentColumn-2, e.line(), date, nl)
+		msgs = append(msgs, "allowed "+e.line())
 	}
 	if !added {
 		// Nothing new: leave even a missing final newline alone.
@@ -298,7 +330,7 @@ func allowLines(content []byte, entries []entry, date string) ([]byte, []string)
 func denyLines(content []byte, entries []entry) ([]byte, []string) {
 	drop := map[entry]bool{}
 	for _, e := range entries {
-		drop[e] = true
+		drop[e.key()] = true
 	}
 	removed := map[entry]bool{}
 	var (
@@ -307,8 +339,8 @@ func denyLines(content []byte, entries []entry) ([]byte, []string) {
 	)
 	for _, l := range splitRawLines(content) {
 		e, ok := lineEntry(l.text)
-		if ok && drop[e] {
-			removed[e] = true
+		if ok && drop[e.key()] {
+			removed[e.key()] = true
 			continue
 		}
 		if ok {
@@ -320,7 +352,7 @@ func denyLines(content []byte, entries []entry) ([]byte, []string) {
 	var msgs []string
 	done := map[entry]bool{}
 	for _, e := range entries {
-		if done[e] {
+		if e = e.key(); done[e] {
 			continue
 		}
 		done[e] = true
@@ -347,7 +379,7 @@ func coveringWildcard(e entry, list []entry) (entry, bool) {
 		return entry{}, false
 	}
 	for _, w := range list {
-		if w.Wildcard && w != e && w.admits(e.Host) {
+		if w.Wildcard && w.key() != e.key() && w.admits(e.Host) {
 			return w, true
 		}
 	}

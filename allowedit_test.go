@@ -426,6 +426,38 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 	}
 }
 
+// allow --passthrough adds the mark and warns; hosts shows it; deny
+// removes the host whatever its mark.
+func TestAllowPassthroughHostsDeny(t *testing.T) {
+	path := userCommandEnv(t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("a.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "", "allow", "--passthrough", "pinned.example")
+	if code != 0 || !strings.Contains(stderr, "allowed pinned.example passthrough") ||
+		!strings.Contains(stderr, "pinned.example passes unread: the router cannot remove a key the agent brings there") {
+		t.Fatalf("allow --passthrough: exit %d, stderr:\n%s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "", "allow", "pinned.example"); code != 0 || !strings.Contains(stderr, "pinned.example is allowed as passthrough; to have it inspected") {
+		t.Errorf("allow of a passthrough host: exit %d, stderr:\n%s", code, stderr)
+	}
+	if code, out := runUserCommand(t, "hosts"); code != 0 || out != "a.example\npinned.example passthrough\n" {
+		t.Errorf("hosts: exit %d, out %q", code, out)
+	}
+	if code, _ := runUserCommand(t, "allow", "--passthrough", "ssh.example:22"); code != 1 {
+		t.Errorf("allow --passthrough of a host:port entry: exit %d, want 1", code)
+	}
+	if code, _ := runUserCommand(t, "deny", "pinned.example"); code != 0 {
+		t.Fatalf("deny exit %d", code)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "a.example\n" {
+		t.Errorf("after deny the file is %q", b)
+	}
+}
+
 func TestHostsRefusesABadAllowlist(t *testing.T) {
 	path := userCommandEnv(t)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

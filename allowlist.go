@@ -30,6 +30,29 @@ type entry struct {
 	Wildcard bool
 	// Port is tlsPort for SNI-checked entries, anything else for raw TCP.
 	Port int
+	// Passthrough marks a TLS entry the router passes by SNI, unread, as
+	// for a tool that pins its certificates; every other TLS entry is
+	// inspected (the router terminates TLS and removes the agent's own
+	// credentials). Written `host passthrough`.
+	Passthrough bool
+}
+
+// passthroughMark is the word after an entry that marks it passthrough.
+const passthroughMark = "passthrough"
+
+// key is e without its mode: the same host and port however it is read,
+// for deny and for merging duplicate lines.
+func (e entry) key() entry {
+	e.Passthrough = false
+	return e
+}
+
+// line is e as an allowlist line: its name and its mark.
+func (e entry) line() string {
+	if e.Passthrough {
+		return e.String() + " " + passthroughMark
+	}
+	return e.String()
 }
 
 func (e entry) String() string {
@@ -58,7 +81,9 @@ func parseAllowlistFrom(r io.Reader, name string) ([]entry, error) {
 	var (
 		entries []entry
 		errs    []string
-		seen    = map[entry]bool{}
+		// seen is where each host and port stands in entries: a host
+		// listed both ways is passed through, as one of its lines asks.
+		seen = map[entry]int{}
 	)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -73,10 +98,12 @@ func parseAllowlistFrom(r io.Reader, name string) ([]entry, error) {
 			}
 			continue
 		}
-		if !seen[e] {
-			seen[e] = true
-			entries = append(entries, e)
+		if i, ok := seen[e.key()]; ok {
+			entries[i].Passthrough = entries[i].Passthrough || e.Passthrough
+			continue
 		}
+		seen[e.key()] = len(entries)
+		entries = append(entries, e)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -103,11 +130,29 @@ func parseLine(line string) (e entry, text string, err error) {
 	return e, text, err
 }
 
-// parseEntry turns one non-empty, comment-free line into an entry.
+// parseEntry turns one non-empty, comment-free line into an entry: a
+// host, and for a TLS entry perhaps the mark passthrough after it.
 func parseEntry(s string) (entry, error) {
-	if strings.ContainsAny(s, " \t") {
+	fields := strings.Fields(s)
+	if len(fields) == 2 && fields[1] == passthroughMark {
+		e, err := parseHost(fields[0])
+		if err == nil && e.Port != tlsPort {
+			err = fmt.Errorf("%s is for TLS entries on port 443; a host:port entry is always relayed unread", passthroughMark)
+		}
+		e.Passthrough = err == nil
+		return e, err
+	}
+	if len(fields) > 1 {
+		if len(fields) == 2 && !strings.ContainsAny(fields[1], ".:*") {
+			return entry{}, fmt.Errorf("unknown mark %q: the only mark is %s, as in: pinned.example.com %s", fields[1], passthroughMark, passthroughMark)
+		}
 		return entry{}, errors.New("one entry per line; put each host on its own line")
 	}
+	return parseHost(s)
+}
+
+// parseHost turns one host entry, without a mark, into an entry.
+func parseHost(s string) (entry, error) {
 	if strings.Contains(s, "://") || strings.Contains(s, "/") {
 		return entry{}, errors.New("write a host name, not a URL (for example api.example.com)")
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,10 @@ func TestParseAllowlistRejects(t *testing.T) {
 		{"example.com/path", "not a URL"},
 		{"example.com other.com", "one entry per line"},
 		{".", "empty host name"},
+		{"example.com passthru", `unknown mark "passthru": the only mark is passthrough`},
+		{"example.com:22 passthrough", "passthrough is for TLS entries on port 443"},
+		{"example.com passthrough extra", "one entry per line"},
+		{"10.0.0.1 passthrough", "IP addresses are not allowed"},
 	} {
 		t.Run(tc.line, func(t *testing.T) {
 			_, err := parseAllowlistFrom(strings.NewReader("ok.example.com\n"+tc.line+"\n"), "/cfg/allowed-hosts")
@@ -77,6 +82,29 @@ func TestParseAllowlistRejects(t *testing.T) {
 				t.Fatalf("error %q does not name the file, line 2 and %q", msg, tc.want)
 			}
 		})
+	}
+}
+
+// The mark keeps old files as they were: a host without it is inspected,
+// one with it passes unread, and a host on two lines is passed through if
+// either says so.
+func TestParseAllowlistPassthrough(t *testing.T) {
+	got := mustParse(t, "a.example\nb.example passthrough   # pinned\n*.c.example\tpassthrough\nd.example\nd.example passthrough\nb.example:443\n")
+	want := []entry{
+		{Host: "c.example", Wildcard: true, Port: 443, Passthrough: true},
+		{Host: "a.example", Port: 443},
+		{Host: "b.example", Port: 443, Passthrough: true},
+		{Host: "d.example", Port: 443, Passthrough: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries = %+v, want %+v", got, want)
+	}
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, e.line())
+	}
+	if s := strings.Join(lines, "|"); s != "*.c.example passthrough|a.example|b.example passthrough|d.example passthrough" {
+		t.Errorf("lines = %s", s)
 	}
 }
 

@@ -122,14 +122,18 @@ func secretNames() []string {
 }
 
 // routerCredentialDir is where the router mounts the launcher's credential
-// dir: the nginx include files that hold the keys, and the test CA. Nothing
-// else mounts it.
+// dir: the nginx include files that hold the keys. Nothing else mounts it.
 const routerCredentialDir = "/etc/router-credentials"
+
+// routerConfigDir is where the router and the forwarder mount the
+// session's config dir, read-only.
+const routerConfigDir = "/etc/router"
 
 // systemCABundle is the router image's CA bundle (ca-certificates).
 const systemCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
-// upstreamCAFile is AGENT_SANDBOX_UPSTREAM_CA's copy in the credential dir.
+// upstreamCAFile is AGENT_SANDBOX_UPSTREAM_CA's copy in the session's
+// config dir (/etc/router in the router): a certificate, not a secret.
 const upstreamCAFile = "upstream-ca.pem"
 
 // credential is one credential a session's router adds. Its value goes
@@ -171,10 +175,13 @@ type credPlan struct {
 	routes   []credRoute
 	customCA bool
 	apiAllow []string
+	// upstreamCA is AGENT_SANDBOX_UPSTREAM_CA's certificates, which
+	// routerFiles writes beside the config; nil for the image's bundle.
+	upstreamCA []byte
 }
 
 func (s sessionCredentials) plan() credPlan {
-	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow}
+	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow, upstreamCA: s.upstreamCA}
 	for _, c := range s.creds {
 		p.routes = append(p.routes, credRoute{c.kind, c.host})
 	}
@@ -196,7 +203,7 @@ func (p credPlan) active(entries []entry) []credRoute {
 // trustedCA is the bundle nginx verifies the API hosts' certificates with.
 func (p credPlan) trustedCA() string {
 	if p.customCA {
-		return routerCredentialDir + "/" + upstreamCAFile
+		return routerConfigDir + "/" + upstreamCAFile
 	}
 	return systemCABundle
 }
@@ -385,10 +392,10 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
 		return s, warnings, err
 	}
-	if len(creds) > 0 {
-		if s.upstreamCA, err = readUpstreamCA(set.upstreamCA); err != nil {
-			return s, warnings, err
-		}
+	// Every session: the inspecting proxy verifies every inspected host
+	// with it, not only the API hosts.
+	if s.upstreamCA, err = readUpstreamCA(set.upstreamCA); err != nil {
+		return s, warnings, err
 	}
 	return s, warnings, nil
 }
@@ -430,9 +437,6 @@ func writeCredentialDir(runtimeDir, session string, s sessionCredentials) (strin
 			v = "Bearer " + v
 		}
 		files[c.kind.provider.id+".conf"] = fmt.Sprintf("proxy_set_header %s \"%s\";\n", c.kind.header, v)
-	}
-	if len(s.upstreamCA) > 0 {
-		files[upstreamCAFile] = string(s.upstreamCA)
 	}
 	for name, body := range files {
 		if err := writePrivate(filepath.Join(dir, name), body); err != nil {
@@ -489,6 +493,57 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 	sort.Strings(lines)
 	return "agent-sandbox: the router added your credentials (the agent held placeholders):\n" + strings.Join(lines, "")
 }
+
+// inspectedRequest is a request through routerd's inspecting proxy, in its
+// log format: the header and query names it removed, never their values.
+var inspectedRequest = regexp.MustCompile(`^inspect host=(\S+) method=\S+ path="(?:[^"\\]|\\.)*" proto=\S+ status=\d+ removed="([^"]*)"$`)
+
+// removedSummary says, at the end of a session, on which hosts the router
+// removed credentials the agent sent of its own, in how many requests and
+// which: the agent acted there anonymously (or as the user) instead.
+// Empty when it removed none.
+func removedSummary(routerLog string) string {
+	type removal struct {
+		requests int
+		what     map[string]bool
+	}
+	byHost := map[string]*removal{}
+	for _, line := range strings.Split(routerLog, "\n") {
+		m := inspectedRequest.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) {
+			continue
+		}
+		r := byHost[m[1]]
+		if r == nil {
+			r = &removal{what: map[string]bool{}}
+			byHost[m[1]] = r
+		}
+		r.requests++
+		for _, w := range strings.Split(m[2], ",") {
+			if printableHeader.MatchString(w) {
+				r.what[w] = true
+			}
+		}
+	}
+	if len(byHost) == 0 {
+		return ""
+	}
+	var lines []string
+	for host, r := range byHost {
+		what := make([]string, 0, len(r.what))
+		for w := range r.what {
+			what = append(what, w)
+		}
+		sort.Strings(what)
+		lines = append(lines, fmt.Sprintf("agent-sandbox:   %s  %s (%s): removed\n", host, plural(r.requests, "request"), strings.Join(what, ", ")))
+	}
+	sort.Strings(lines)
+	return "agent-sandbox: the agent sent credentials of its own, which the router removed (it acts on allowed hosts anonymously or as you):\n" + strings.Join(lines, "")
+}
+
+// printableHeader is a removed header's or query's name as the summary
+// may print it (the agent chose the query's).
+var printableHeader = regexp.MustCompile(`^[A-Za-z0-9:_-]{1,64}$`)
 
 // proxyRequest is a request through the credential proxy, in router.go's
 // log format.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"context"
 	"encoding/json"
 	"os"
@@ -174,7 +175,6 @@ func TestWriteCredentialDir(t *testing.T) {
 	for name, want := range map[string]string{
 		"anthropic.conf": "proxy_set_header Authorization \"Bearer sk-ant-oat01-tok\";\n",
 		"gemini.conf":    "proxy_set_header x-goog-api-key \"AIzaKEY\";\n",
-		upstreamCAFile:   "-----BEGIN CERTIFICATE-----\n",
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || string(b) != want {
@@ -183,6 +183,10 @@ func TestWriteCredentialDir(t *testing.T) {
 		if m := mode(t, filepath.Join(dir, name)); m != 0o600 {
 			t.Errorf("%s mode %04o", name, m)
 		}
+	}
+	// The test CA is a certificate: the session's config dir holds it.
+	if _, err := os.Stat(filepath.Join(dir, upstreamCAFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the credential dir holds %s: %v", upstreamCAFile, err)
 	}
 	if d, err := writeCredentialDir(runtimeDir, testSession, sessionCredentials{}); d != "" || err != nil {
 		t.Errorf("no credentials made %q, %v", d, err)
@@ -267,8 +271,9 @@ func TestSessionInjectsCredentials(t *testing.T) {
 	if strings.HasPrefix(cfg.cred.dir, cfg.tmp) || strings.HasPrefix(cfg.tmp, cfg.cred.dir) {
 		t.Errorf("the credential dir %s and the shared config dir %s overlap", cfg.cred.dir, cfg.tmp)
 	}
-	// The config dir, nginx's TLS socket dir and the credential dir.
-	if len(router.Mounts) != 3 {
+	// The config dir, nginx's TLS socket dir, the CA dir and the
+	// credential dir.
+	if len(router.Mounts) != 4 {
 		t.Errorf("router mounts = %+v", router.Mounts)
 	}
 	agent := eng.containers[testSession+"-claude"]
@@ -320,12 +325,13 @@ func TestSessionEnvPassesCredentialIn(t *testing.T) {
 	if agent.Env["ANTHROPIC_API_KEY"] != key || agent.Env["ANTHROPIC_BASE_URL"] != "" {
 		t.Errorf("agent env = %v, want the key as passed and no base URL", agent.Env)
 	}
-	if r := eng.containers[testSession+"-router"]; len(r.Mounts) != 2 || slices.ContainsFunc(r.Mounts, func(m spec.Mount) bool { return m.Destination == routerCredentialDir }) {
-		t.Errorf("router mounts = %+v, want the config and TLS socket dirs alone", r.Mounts)
+	if r := eng.containers[testSession+"-router"]; len(r.Mounts) != 3 || slices.ContainsFunc(r.Mounts, func(m spec.Mount) bool { return m.Destination == routerCredentialDir }) {
+		t.Errorf("router mounts = %+v, want the config, TLS socket and CA dirs alone", r.Mounts)
 	}
+	// Inspected like any other host: the agent's key is removed there.
 	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "nginx.conf")); strings.Contains(string(b), "http {") ||
-		!strings.Contains(string(b), "api.anthropic.com $ssl_preread_server_name:443;") {
-		t.Errorf("nginx.conf does not pass api.anthropic.com by SNI as before:\n%s", b)
+		!strings.Contains(string(b), "api.anthropic.com unix:"+inspectSocket+";") {
+		t.Errorf("nginx.conf does not send api.anthropic.com to the inspecting proxy:\n%s", b)
 	}
 }
 

@@ -179,11 +179,25 @@ func newRouterFiles(dir, routerIP string, creds credPlan) (*routerFiles, error) 
 	if err := os.Chmod(tls, 0o755); err != nil {
 		return nil, err
 	}
-	return &routerFiles{dir: dir, routerIP: routerIP, creds: creds, cursor: firstCursor}, nil
+	// Where routerd writes the session CA's certificate and the bundle the
+	// agent trusts (routerd runs as the namespace's root: the user).
+	if err := os.Mkdir(caDirOf(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
+	}
+	r := &routerFiles{dir: dir, routerIP: routerIP, creds: creds, cursor: firstCursor}
+	if len(creds.upstreamCA) > 0 {
+		if err := r.replace(routerFile{upstreamCAFile, string(creds.upstreamCA)}); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
 func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
+
+// caDirOf is the host side of routerCADir, in the session's temp dir.
+func caDirOf(tmp string) string { return filepath.Join(tmp, "ca") }
 
 // apply plans entries after the running plan and replaces the config
 // files, each by rename, so that a reader sees the old one or the new

@@ -333,6 +333,7 @@ func TestRouterFilesApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan.trustedCA = systemCABundle
 	want := map[string]string{}
 	for _, f := range plan.render("10.89.3.2") {
 		want[f.name] = f.body
@@ -389,8 +390,8 @@ func TestRouterFilesApply(t *testing.T) {
 	for _, e := range all {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{"api-policy.json", "dnsmasq.conf", "forwards", "nginx.conf", "tls"}) {
-		t.Errorf("dir holds %v, want only the four files and the TLS socket dir", names)
+	if !slices.Equal(names, []string{"api-policy.json", "ca", "dnsmasq.conf", "forwards", "inspect.json", "nginx.conf", "tls"}) {
+		t.Errorf("dir holds %v, want only the five files, the CA dir and the TLS socket dir", names)
 	}
 	if fi, err := os.Stat(tlsDirOf(dir)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the TLS socket dir: %v %v, want a dir of mode 0755 (the forwarder is another uid)", fi, err)

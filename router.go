@@ -41,6 +41,15 @@ const (
 // those sockets, which would lead past the credential proxy to an API host.
 const apiRelayDir = "/tmp"
 
+// inspectSocket is where routerd's inspecting proxy takes the TLS
+// connections nginx routes to it by SNI: in the router's own /tmp, like
+// apiRelayDir, so that only the router reaches it.
+const inspectSocket = apiRelayDir + "/inspect.sock"
+
+// inspectFile is the inspecting proxy's config in the session's dir: the
+// names it may make certificates for and what it verifies upstreams with.
+const inspectFile = "inspect.json"
+
 // apiKeepalive is how many idle connections to each API host nginx keeps
 // for the next request (per worker; there is one): an agent's parallel
 // requests (subagents) each hold one while they stream.
@@ -176,6 +185,9 @@ type routerFile struct{ name, body string }
 // last, since a new name should resolve only once its ports are served.
 func (p routerPlan) render(routerIP string) []routerFile {
 	return []routerFile{
+		// Before nginx.conf: a name nginx routes to the inspecting proxy
+		// must be one it admits.
+		{inspectFile, p.inspectConf()},
 		{"nginx.conf", p.nginxConf(routerIP)},
 		{"api-policy.json", p.apiPolicy(routerIP)},
 		{"forwards", p.forwards(routerIP) + "\n"},
@@ -284,7 +296,7 @@ func (p routerPlan) sniMap(b *strings.Builder) {
 		if e.Wildcard {
 			name = "*." + e.Host
 		}
-		fmt.Fprintf(b, "        %s $ssl_preread_server_name:443;\n", name)
+		fmt.Fprintf(b, "        %s %s;\n", name, p.sniUpstream(e))
 	}
 	if len(p.injections) > 0 && !mutated("credential-sni") {
 		// An exact name beats a wildcard in a hostnames map.
@@ -327,6 +339,40 @@ func (p routerPlan) portServers(b *strings.Builder, routerIP string) {
 		fmt.Fprintf(b, "        listen %s:%d;\n", routerIP, p.routerPort[e])
 	}
 	b.WriteString("        proxy_pass $port_upstream;\n    }\n")
+}
+
+// sniUpstream is where nginx sends TLS for e: routerd's inspecting proxy,
+// or for a passthrough entry the host itself, unread.
+func (p routerPlan) sniUpstream(e entry) string {
+	// hack/mutation-check's passthrough-all passes every host unread.
+	if e.Passthrough || mutated("passthrough-all") {
+		return "$ssl_preread_server_name:443"
+	}
+	return "unix:" + inspectSocket
+}
+
+// inspectConf is the inspecting proxy's config (routerd's inspect.go):
+// the allowlist's inspected names on 443, exact and wildcard, and the CA
+// bundle it verifies upstream certificates with. Its certificates are made
+// for these names only.
+func (p routerPlan) inspectConf() string {
+	doc := struct {
+		Hosts     []string `json:"hosts"`
+		Wildcards []string `json:"wildcards"`
+		TrustedCA string   `json:"trusted_ca"`
+		Resolver  string   `json:"resolver"`
+	}{Hosts: []string{}, Wildcards: []string{}, TrustedCA: p.trustedCA, Resolver: upstreamResolver}
+	for _, e := range p.entries {
+		switch {
+		case e.Port != tlsPort || e.Passthrough || p.injected(e.Host) && !e.Wildcard:
+		case e.Wildcard:
+			doc.Wildcards = append(doc.Wildcards, e.Host)
+		default:
+			doc.Hosts = append(doc.Hosts, e.Host)
+		}
+	}
+	b, _ := json.MarshalIndent(doc, "", "  ")
+	return string(b) + "\n"
 }
 
 func (p routerPlan) injected(host string) bool {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -39,7 +40,7 @@ func mustParse(t *testing.T, s string) []entry {
 	return e
 }
 
-const mixedAllowlist = "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\n"
+const mixedAllowlist = "api.example.com\n*.cdn.example.com\ngit.example.net\ngit.example.net:22\ndb.example.org:5432\nssh.example.org:22\npinned.example.org passthrough\n*.pinned.example.net passthrough\n"
 
 // The golden files are what a session writes at its start.
 func TestRouterConfigGolden(t *testing.T) {
@@ -71,6 +72,36 @@ func TestRouterConfigReloadGolden(t *testing.T) {
 		if !strings.Contains(before, pair) || !strings.Contains(after, pair) {
 			t.Errorf("the pair %s of an entry that stays is not in both forwards:\n%s%s", pair, before, after)
 		}
+	}
+}
+
+// Inspected names go to routerd's proxy and are the only names it makes
+// certificates for; passthrough names go to the host itself, unread.
+func TestRouterInspectsAllButPassthrough(t *testing.T) {
+	files := newTestRouterFiles(t, credPlan{})
+	files.applyList(t, "a.example\n*.b.example\nc.example passthrough\n*.d.example passthrough\ne.example:22\n")
+	_, nginx, _ := files.read(t)
+	for _, want := range []string{
+		"a.example unix:/tmp/inspect.sock;", "*.b.example unix:/tmp/inspect.sock;",
+		"c.example $ssl_preread_server_name:443;", "*.d.example $ssl_preread_server_name:443;",
+	} {
+		if !strings.Contains(nginx, want) {
+			t.Errorf("nginx.conf lacks %q:\n%s", want, nginx)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(files.dir, inspectFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Hosts, Wildcards []string
+		TrustedCA        string `json:"trusted_ca"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(doc.Hosts, []string{"a.example"}) || !slices.Equal(doc.Wildcards, []string{"b.example"}) || doc.TrustedCA != systemCABundle {
+		t.Errorf("inspect.json = %s, want a.example and *.b.example alone, verified with the system bundle", b)
 	}
 }
 
@@ -180,6 +211,11 @@ func (f testRouterFiles) golden(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	golden(t, name+".api-policy.json", string(policy))
+	inspect, err := os.ReadFile(filepath.Join(f.dir, inspectFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, name+".inspect.json", string(inspect))
 }
 
 // renderThroughFiles is the files a session starts with for entries.
@@ -212,7 +248,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	_, nginx, forwards = renderThroughFiles(t, creds, mustParse(t, "api.openai.com\n"))
 	for _, want := range []string{
 		"listen unix:/tmp/api-openai-proxy.sock;", "set $api_host api.openai.com;", "include /etc/router-credentials/openai.conf;",
-		"proxy_ssl_trusted_certificate /etc/router-credentials/upstream-ca.pem;",
+		"proxy_ssl_trusted_certificate /etc/router/upstream-ca.pem;",
 		"        api.openai.com \"\";\n",
 	} {
 		if !strings.Contains(nginx, want) {

@@ -314,9 +314,14 @@ func TestSessionSpecs(t *testing.T) {
 		t.Error("router is not on the egress network")
 	}
 	tlsDir := filepath.Join(cfg.tmp, "tls")
-	if len(r.Mounts) != 2 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") ||
-		r.Mounts[1].Source != tlsDir || r.Mounts[1].Destination != tlsSocketDir || slices.Contains(r.Mounts[1].Options, "ro") {
-		t.Errorf("router mounts = %+v, want %s read-only at /etc/router and %s read-write at %s", r.Mounts, cfg.tmp, tlsDir, tlsSocketDir)
+	caDir := filepath.Join(cfg.tmp, "ca")
+	if len(r.Mounts) != 3 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") ||
+		r.Mounts[1].Source != tlsDir || r.Mounts[1].Destination != tlsSocketDir || slices.Contains(r.Mounts[1].Options, "ro") ||
+		r.Mounts[2].Source != caDir || r.Mounts[2].Destination != routerCADir || slices.Contains(r.Mounts[2].Options, "ro") {
+		t.Errorf("router mounts = %+v, want %s read-only at /etc/router, %s read-write at %s and %s read-write at %s", r.Mounts, cfg.tmp, tlsDir, tlsSocketDir, caDir, routerCADir)
+	}
+	if r.Env["INSPECT_SOCKET"] != inspectSocket || r.Env["CA_DIR"] != routerCADir {
+		t.Errorf("router env = %v, want the inspecting proxy's socket and CA dir", r.Env)
 	}
 	if fi, err := os.Stat(tlsDir); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the TLS socket dir %s: %v %v, want mode 0755 (the forwarder is another uid)", tlsDir, fi, err)
@@ -350,10 +355,17 @@ func TestSessionSpecs(t *testing.T) {
 		f.Mounts[1].Source != tlsDir || f.Mounts[1].Destination != tlsSocketDir || !slices.Contains(f.Mounts[1].Options, "ro") {
 		t.Errorf("forwarder mounts = %+v, want %s read-only at /etc/router and %s read-only at %s", f.Mounts, cfg.tmp, tlsDir, tlsSocketDir)
 	}
-	// The agent's container has no path to the router's TLS socket.
+	// The agent's container has no path to the router's TLS socket: of
+	// the session's dir it mounts the CA bundle alone, read-only.
 	for _, m := range eng.containers[testSession+"-claude"].Mounts {
-		if strings.HasPrefix(m.Source, cfg.tmp) {
+		bundle := m.Source == filepath.Join(caDir, caBundleFile) && m.Destination == agentCABundle && slices.Equal(m.Options, []string{"ro"})
+		if strings.HasPrefix(m.Source, cfg.tmp) && !bundle {
 			t.Errorf("the agent mounts the session's router dir: %+v", m)
+		}
+	}
+	for _, v := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "CARGO_HTTP_CAINFO"} {
+		if got := eng.containers[testSession+"-claude"].Env[v]; got != agentCABundle {
+			t.Errorf("agent %s = %q, want the session's bundle %s", v, got, agentCABundle)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=unix:"+tlsSocket+"/tls 127.0.0.2:443=unix:"+tlsSocket+"/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
@@ -375,11 +387,11 @@ func TestSessionSpecs(t *testing.T) {
 	if len(c.Volumes) != 1 || c.Volumes[0].Name != "agent-sandbox-home" || c.Volumes[0].Dest != "/home/claude" {
 		t.Errorf("agent volumes = %+v", c.Volumes)
 	}
-	if len(c.Mounts) != 1 || c.Mounts[0].Source != "/work/project" || c.Mounts[0].Destination != "/work/project" || c.WorkDir != "/work/project" {
+	if len(c.Mounts) != 2 || c.Mounts[0].Source != "/work/project" || c.Mounts[0].Destination != "/work/project" || c.WorkDir != "/work/project" {
 		t.Errorf("agent mounts = %+v workdir = %s", c.Mounts, c.WorkDir)
 	}
 	if !slices.Equal(c.Command, cfg.cmd) || c.Env["DISABLE_AUTOUPDATER"] != "1" || c.Env["ANTHROPIC_API_KEY"] != "sk-test" ||
-		c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || len(c.Env) != 4 {
+		c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] != "1" || len(c.Env) != 4+len(caBundleEnv) {
 		t.Errorf("agent command = %v env = %v", c.Command, c.Env)
 	}
 	for name, s := range eng.containers {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 
 	"github.com/containers/podman/v5/libpod/define"
@@ -36,8 +37,11 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{
-		{Type: "bind", Source: cfg.tmp, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: cfg.tmp, Destination: routerConfigDir, Options: []string{"ro", "z"}},
 		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
+		// routerd writes the session CA's certificate here; its key stays
+		// in routerd's memory.
+		{Type: "bind", Source: caDirOf(cfg.tmp), Destination: routerCADir, Options: []string{"z"}},
 	}
 	if cfg.cred.dir != "" {
 		// The credentials: the router's alone ("Z").
@@ -48,7 +52,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		allow = "0.0.0.0/0"
 	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
-		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs()}
+		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir}
 	return r
 }
 
@@ -86,7 +90,7 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 	f.CapAdd = []string{"NET_BIND_SERVICE"}
 	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
 	f.Mounts = []spec.Mount{
-		{Type: "bind", Source: configDir, Destination: "/etc/router", Options: []string{"ro", "z"}},
+		{Type: "bind", Source: configDir, Destination: routerConfigDir, Options: []string{"ro", "z"}},
 		{Type: "bind", Source: tlsDirOf(configDir), Destination: tlsSocketDir, Options: []string{"ro", "z"}},
 	}
 	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
@@ -117,6 +121,9 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
 	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
 	c.Mounts = append(c.Mounts, cfg.project.mounts(cfg.launchDir)...)
+	// The system bundle plus the session's CA, which the router's
+	// inspecting proxy signs with, in place of the image's bundle.
+	c.Mounts = append(c.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(caDirOf(cfg.tmp), caBundleFile), Destination: agentCABundle, Options: []string{"ro"}})
 	c.WorkDir = cfg.launchDir
 	c.Env = map[string]string{}
 	for k, v := range cfg.env {
@@ -130,6 +137,9 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 		c.Env[k] = v
 	}
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
+	for _, v := range caBundleEnv {
+		c.Env[v] = agentCABundle
+	}
 	c.Command = cfg.cmd
 	return c
 }
@@ -153,6 +163,34 @@ func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerato
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// routerCADir is where routerd writes the session CA's certificate (ca.pem)
+// and caBundleFile: the router image's bundle (or AGENT_SANDBOX_UPSTREAM_CA)
+// and that certificate.
+const (
+	routerCADir  = "/run/agent-sandbox-ca"
+	caBundleFile = "bundle.pem"
+)
+
+// agentCABundle is Debian's system bundle, which curl, git, Go, OpenSSL
+// and podman read; the agent gets the session's bundle there.
+const agentCABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// caBundleEnv are the variables through which the image's tools take a CA
+// bundle of their own rather than the system's: each is set to the
+// session's bundle, so that they trust the inspecting proxy too.
+var caBundleEnv = []string{
+	"SSL_CERT_FILE",       // Go, OpenSSL-based tools, Python's ssl default paths
+	"NODE_EXTRA_CA_CERTS", // Node and Claude Code, npm: added to Node's own roots
+	"REQUESTS_CA_BUNDLE",  // Python requests (else certifi's)
+	"CURL_CA_BUNDLE",      // curl, and requests after REQUESTS_CA_BUNDLE
+	"GIT_SSL_CAINFO",      // git over HTTPS
+	"PIP_CERT",            // pip (else its vendored certifi)
+	"CARGO_HTTP_CAINFO",   // cargo
+	"DENO_CERT",           // deno
+	"AWS_CA_BUNDLE",       // the AWS CLI and SDKs
+	"NIX_SSL_CERT_FILE",   // nix
+}
 
 // routerAddress is .2 of the session network's /24: .1 is the gateway.
 func routerAddress(n types.Network) (netip.Addr, error) {

@@ -16,21 +16,35 @@ import (
 // http-backend` under net/http/cgi serves every bare repository under
 // -git-root, fetch and push, without authentication. After a push it logs
 // the repository's refs, so a row can see what arrived.
+//
+// The repositories in -git-auth-repos want an Authorization header (any
+// value: the fake checks no token): without one, a request gets 401 with
+// a Basic challenge, the only thing that makes git send the credentials of
+// a URL's userinfo.
 type gitServer struct {
-	log   *eventLog
-	root  string
-	hosts map[string]bool
-	cgi   *cgi.Handler
+	log       *eventLog
+	root      string
+	hosts     map[string]bool
+	authRepos []string // cleaned paths, "/secret.git"
+	cgi       *cgi.Handler
 }
 
-func newGitServer(log *eventLog, hosts, root string) (*gitServer, error) {
+func newGitServer(log *eventLog, hosts, root, authRepos string) (*gitServer, error) {
 	g := &gitServer{log: log, hosts: map[string]bool{}}
 	for _, h := range strings.Split(hosts, ",") {
 		if h = canonical(strings.TrimSpace(h)); h != "" {
 			g.hosts[h] = true
 		}
 	}
+	for _, p := range strings.Split(authRepos, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			g.authRepos = append(g.authRepos, path.Clean("/"+p))
+		}
+	}
 	if len(g.hosts) == 0 {
+		if len(g.authRepos) > 0 {
+			return nil, fmt.Errorf("-git-auth-repos needs -git-hosts")
+		}
 		return nil, nil
 	}
 	if root == "" {
@@ -77,7 +91,22 @@ func (g *gitServer) String() string {
 		hosts = append(hosts, h)
 	}
 	sort.Strings(hosts)
-	return fmt.Sprintf(" git=%s:%s", strings.Join(hosts, ","), g.root)
+	s := fmt.Sprintf(" git=%s:%s", strings.Join(hosts, ","), g.root)
+	if len(g.authRepos) > 0 {
+		s += " git-auth=" + strings.Join(g.authRepos, ",")
+	}
+	return s
+}
+
+// needsAuth says whether a request path lies in a -git-auth-repos repository.
+func (g *gitServer) needsAuth(p string) bool {
+	p = path.Clean("/" + p)
+	for _, repo := range g.authRepos {
+		if p == repo || strings.HasPrefix(p, repo+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // serves says whether a request for host belongs to git.
@@ -86,6 +115,12 @@ func (g *gitServer) serves(host string) bool {
 }
 
 func (g *gitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" && g.needsAuth(r.URL.Path) {
+		g.log.printf("git auth-required path=%q", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Basic realm="fake"`)
+		http.Error(w, "authentication required", http.StatusUnauthorized)
+		return
+	}
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	g.cgi.ServeHTTP(rec, r)
 	g.log.printf("git %s path=%q status=%d", r.Method, r.URL.Path, rec.status)

@@ -57,6 +57,9 @@ type options struct {
 	// the bare repositories under gitRoot; "" turns it off.
 	gitHosts string
 	gitRoot  string
+	// gitAuthRepos: repository paths under gitRoot ("/secret.git") that
+	// answer 401 to a request without an Authorization header.
+	gitAuthRepos string
 }
 
 func main() {
@@ -79,6 +82,7 @@ func main() {
 	flag.StringVar(&o.sniffIgnore, "sniff-ignore", "", "CIDRs: frames between two addresses in them are not logged")
 	flag.StringVar(&o.gitHosts, "git-hosts", "", "names whose HTTPS requests go to git http-backend, comma-separated")
 	flag.StringVar(&o.gitRoot, "git-root", "", "directory of the bare repositories the git hosts serve")
+	flag.StringVar(&o.gitAuthRepos, "git-auth-repos", "", "repository paths (/secret.git) that answer 401 Basic to a request without Authorization, comma-separated")
 	flag.StringVar(&o.sniffSessions, "sniff-sessions", "", "session pools, comma-separated: frames between a /24's .2 (its router) and another address of that /24 are not logged")
 	flag.StringVar(&o.unreachable, "unreachable", "", "CIDRs to give an unreachable route in this network namespace while running (needs CAP_NET_ADMIN)")
 	flag.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "stop when stdin closes")
@@ -231,7 +235,7 @@ func (r *running) startTLS(o options) error {
 	if err != nil {
 		return err
 	}
-	if s.git, err = newGitServer(r.log, o.gitHosts, o.gitRoot); err != nil {
+	if s.git, err = newGitServer(r.log, o.gitHosts, o.gitRoot, o.gitAuthRepos); err != nil {
 		return err
 	}
 	r.git = s.git

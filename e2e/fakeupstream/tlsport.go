@@ -16,13 +16,22 @@ import (
 )
 
 // tlsServer logs the SNI of every ClientHello (even when the handshake then
-// fails), every HTTPS request, and anything plaintext sent to its port.
+// fails), every HTTPS request with all its headers, and anything plaintext
+// sent to its port. It speaks HTTP/1.1 and HTTP/2 (ALPN); besides the git
+// and model API routes it serves a WebSocket echo (/ws), a cookie setter
+// (/set-cookie) and answers writes (PUT, POST, PATCH, DELETE) with
+// {"ok":true}; any other request gets "hello from NAME".
 type tlsServer struct {
 	log    *eventLog
 	static *tls.Certificate
 	leaf   *x509.Certificate
 	ca     *testpki.CA
 	git    *gitServer // nil: no git hosts
+
+	// alpn is the handshake's config for a client that offers h2 or
+	// http/1.1: both are negotiated; a client that offers neither (or no
+	// ALPN) gets none, as before, rather than a no_application_protocol.
+	alpn *tls.Config
 
 	mu     sync.Mutex
 	minted map[string]*tls.Certificate
@@ -35,6 +44,7 @@ func newTLSServer(log *eventLog, static *tls.Certificate, ca *testpki.CA) (*tlsS
 		return nil, errors.New("tls needs -cert/-key or -ca-cert/-ca-key; or turn it off with -tls-addr ''")
 	}
 	s := &tlsServer{log: log, static: static, ca: ca, minted: map[string]*tls.Certificate{}, conns: make(chan net.Conn), done: make(chan struct{})}
+	s.alpn = &tls.Config{GetCertificate: s.certificate, NextProtos: []string{"h2", "http/1.1"}}
 	if static != nil {
 		leaf, err := x509.ParseCertificate(static.Certificate[0])
 		if err != nil {
@@ -46,7 +56,12 @@ func newTLSServer(log *eventLog, static *tls.Certificate, ca *testpki.CA) (*tlsS
 }
 
 func (s *tlsServer) serve(l net.Listener) {
-	srv := &http.Server{Handler: http.HandlerFunc(s.handle), ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/1.1 and HTTP/2 by ALPN: the connections are *tls.Conn, so
+	// Serve hands those that negotiated h2 to its HTTP/2 server.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	srv := &http.Server{Handler: http.HandlerFunc(s.handle), ReadHeaderTimeout: 10 * time.Second, Protocols: &protos}
 	go func() { _ = srv.Serve(chanListener{l, s.conns, s.done}) }()
 	defer close(s.done)
 	for {
@@ -79,6 +94,11 @@ func (s *tlsServer) sort(c net.Conn) {
 	tc := tls.Server(rc, &tls.Config{
 		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			s.log.printf("tls hello sni=%q alpn=%q from=%s", h.ServerName, h.SupportedProtos, c.RemoteAddr())
+			for _, p := range h.SupportedProtos {
+				if p == "h2" || p == "http/1.1" {
+					return s.alpn, nil
+				}
+			}
 			return nil, nil
 		},
 		GetCertificate: s.certificate,
@@ -117,6 +137,7 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 		host = sni
 	}
 	s.log.printf("https request method=%s host=%q sni=%q path=%q from=%s", r.Method, r.Host, sni, r.URL.RequestURI(), r.RemoteAddr)
+	s.logHeaders(r)
 	if s.git.serves(host) {
 		s.git.ServeHTTP(w, r)
 		return
@@ -131,6 +152,15 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	case isGeminiPath(r.URL.Path):
 		s.gemini(w, r)
+		return
+	case r.URL.Path == wsPath:
+		s.websocket(w, r)
+		return
+	case r.URL.Path == setCookiePath:
+		s.setCookie(w, r)
+		return
+	case isWriteMethod(r.Method):
+		s.write(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain")
