@@ -159,6 +159,9 @@ type sessionCredentials struct {
 	// dir is the launcher's dir that only the router mounts; "" when
 	// nothing is injected.
 	dir string
+	// handed are the API hosts whose credential the user passes in with
+	// --env: they pass unread (handedHosts).
+	handed []string
 }
 
 // credRoute is what the router config needs to know of a credential: no
@@ -178,10 +181,12 @@ type credPlan struct {
 	// upstreamCA is AGENT_SANDBOX_UPSTREAM_CA's certificates, which
 	// routerFiles writes beside the config; nil for the image's bundle.
 	upstreamCA []byte
+	// handed are hosts passed unread whatever the allowlist says.
+	handed []string
 }
 
 func (s sessionCredentials) plan() credPlan {
-	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow, upstreamCA: s.upstreamCA}
+	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow, upstreamCA: s.upstreamCA, handed: s.handed}
 	for _, c := range s.creds {
 		p.routes = append(p.routes, credRoute{c.kind, c.host})
 	}
@@ -198,6 +203,51 @@ func (p credPlan) active(entries []entry) []credRoute {
 		}
 	}
 	return out
+}
+
+// withHanded marks the allowlist's entries for the handed hosts
+// passthrough; a handed host that only a wildcard admits gets an exact
+// passthrough entry of its own.
+func (p credPlan) withHanded(entries []entry) []entry {
+	if len(p.handed) == 0 {
+		return entries
+	}
+	out := slices.Clone(entries)
+	for _, h := range p.handed {
+		exact := false
+		for i, e := range out {
+			if !e.Wildcard && e.Port == tlsPort && e.Host == h {
+				out[i].Passthrough, exact = true, true
+			}
+		}
+		if !exact && allowlisted(h, out) {
+			out = append(out, entry{Host: h, Port: tlsPort, Passthrough: true})
+		}
+	}
+	return out
+}
+
+// loginWarning is for a session of Claude Code whose API host the router
+// inspects without a credential of the user's for it: a login kept in the
+// home volume is then a credential of the agent's, which the router
+// removes. "" when that is not so.
+func loginWarning(s sessionCredentials, entries []entry, cmd []string) string {
+	if len(cmd) == 0 || filepath.Base(cmd[0]) != "claude" || slices.Contains(s.handed, anthropicAPI.host) {
+		return ""
+	}
+	for _, c := range s.creds {
+		if c.kind.provider == anthropicAPI {
+			return ""
+		}
+	}
+	for _, e := range entries {
+		if e.admits(anthropicAPI.host) && !e.Passthrough {
+			return "the router removes the credentials the agent holds on " + anthropicAPI.host + ", so a Claude login kept in the home volume does not reach the API: " +
+				"give the router yours (run `claude setup-token` on this machine, then `agent-sandbox secret set anthropic-oauth`), " +
+				"or pass the host unread with `agent-sandbox allow --passthrough " + anthropicAPI.host + "` (then any key the agent brings works there)"
+		}
+	}
+	return ""
 }
 
 // trustedCA is the bundle nginx verifies the API hosts' certificates with.
@@ -283,21 +333,11 @@ func resolveCredentials(getenv func(string) (string, bool), passed map[string]st
 				kinds = append(kinds, k)
 			}
 		}
-		handed := false
+		handed := handedIn(p, kinds, passed)
 		for _, k := range kinds {
 			if _, ok := passed[k.env]; ok {
-				handed = true
 				warnings = append(warnings, fmt.Sprintf("%s goes into the sandbox (--env): the agent can read it and use it from any host it can reach; without --env the router adds it for %s and the agent gets a placeholder", k.env, hosts[p]))
 			}
-		}
-		// The user routes or authenticates this API themselves.
-		for _, k := range kinds {
-			if _, ok := passed[k.agentVar()]; ok {
-				handed = true
-			}
-		}
-		if _, ok := passed[p.baseURLEnv]; ok {
-			handed = true
 		}
 		if handed {
 			continue
@@ -311,6 +351,42 @@ func resolveCredentials(getenv func(string) (string, bool), passed map[string]st
 		}
 	}
 	return creds, warnings, nil
+}
+
+// handedIn says whether the user passes any of p's variables in with --env:
+// its key, the agent's variable for it, or its base URL. The user then
+// routes or authenticates that API themselves.
+func handedIn(p *apiProvider, kinds []*credKind, passed map[string]string) bool {
+	if _, ok := passed[p.baseURLEnv]; ok {
+		return true
+	}
+	for _, k := range kinds {
+		_, env := passed[k.env]
+		_, agent := passed[k.agentVar()]
+		if env || agent {
+			return true
+		}
+	}
+	return false
+}
+
+// handedHosts are the API hosts whose credential the user hands the agent
+// with --env: the router passes them unread, by SNI, since removing the
+// agent's credential there would remove the user's.
+func handedHosts(passed map[string]string, hosts map[*apiProvider]string) []string {
+	var out []string
+	for _, p := range apiProviders {
+		var kinds []*credKind
+		for _, k := range credKinds {
+			if k.provider == p {
+				kinds = append(kinds, k)
+			}
+		}
+		if handedIn(p, kinds, passed) {
+			out = append(out, hosts[p])
+		}
+	}
+	return out
 }
 
 func findCredential(getenv func(string) (string, bool), secrets string, kinds []*credKind, host string) (*credential, error) {
@@ -388,7 +464,7 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 	if err != nil {
 		return s, warnings, err
 	}
-	s.creds = creds
+	s.creds, s.handed = creds, handedHosts(passed, hosts)
 	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
 		return s, warnings, err
 	}

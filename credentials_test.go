@@ -206,7 +206,7 @@ func launcherCredentials(t *testing.T, cfg *sessionConfig, args []string, env ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.cred.creds = creds
+	cfg.cred.creds, cfg.cred.handed = creds, handedHosts(la.env, testHosts(t))
 	if cfg.cred.dir, err = writeCredentialDir(t.TempDir(), cfg.name, cfg.cred); err != nil {
 		t.Fatal(err)
 	}
@@ -328,10 +328,14 @@ func TestSessionEnvPassesCredentialIn(t *testing.T) {
 	if r := eng.containers[testSession+"-router"]; len(r.Mounts) != 3 || slices.ContainsFunc(r.Mounts, func(m spec.Mount) bool { return m.Destination == routerCredentialDir }) {
 		t.Errorf("router mounts = %+v, want the config, TLS socket and CA dirs alone", r.Mounts)
 	}
-	// Inspected like any other host: the agent's key is removed there.
+	// Passed unread, by SNI, as before inspection: removing the agent's
+	// key there would remove the one the user handed it.
 	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "nginx.conf")); strings.Contains(string(b), "http {") ||
-		!strings.Contains(string(b), "api.anthropic.com unix:"+inspectSocket+";") {
-		t.Errorf("nginx.conf does not send api.anthropic.com to the inspecting proxy:\n%s", b)
+		!strings.Contains(string(b), "api.anthropic.com $ssl_preread_server_name:443;") {
+		t.Errorf("nginx.conf does not pass api.anthropic.com by SNI as before:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, inspectFile)); strings.Contains(string(b), "api.anthropic.com") {
+		t.Errorf("the inspecting proxy still admits api.anthropic.com:\n%s", b)
 	}
 }
 
@@ -386,5 +390,29 @@ func TestAPIGateSummaryListsRefusalsWithTheirRule(t *testing.T) {
 	}
 	if apiGateSummary("", nil) != "" {
 		t.Error("a summary for nothing")
+	}
+}
+
+func TestLoginWarning(t *testing.T) {
+	api := []entry{{Host: "api.anthropic.com", Port: 443}}
+	key := []credential{{kind: credKindBySecret("anthropic-oauth"), host: "api.anthropic.com"}}
+	for _, tc := range []struct {
+		name    string
+		s       sessionCredentials
+		entries []entry
+		cmd     []string
+		warn    bool
+	}{
+		{"claude, inspected, no credential", sessionCredentials{}, api, []string{"claude"}, true},
+		{"under a wildcard", sessionCredentials{}, []entry{{Host: "anthropic.com", Wildcard: true, Port: 443}}, []string{"claude", "-p", "x"}, true},
+		{"the user's token", sessionCredentials{creds: key}, api, []string{"claude"}, false},
+		{"passthrough", sessionCredentials{}, []entry{{Host: "api.anthropic.com", Port: 443, Passthrough: true}}, []string{"claude"}, false},
+		{"handed in with --env", sessionCredentials{handed: []string{"api.anthropic.com"}}, api, []string{"claude"}, false},
+		{"not allowed", sessionCredentials{}, nil, []string{"claude"}, false},
+		{"--exec", sessionCredentials{}, api, []string{"bash"}, false},
+	} {
+		if got := loginWarning(tc.s, tc.entries, tc.cmd); (got != "") != tc.warn || tc.warn && !strings.Contains(got, "agent-sandbox secret set anthropic-oauth") {
+			t.Errorf("%s: warning %q, want one: %v", tc.name, got, tc.warn)
+		}
 	}
 }

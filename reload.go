@@ -205,7 +205,7 @@ func caDirOf(tmp string) string { return filepath.Join(tmp, "ca") }
 func (r *routerFiles) apply(entries []entry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, cursor, err := replan(r.plan, r.cursor, entries)
+	p, cursor, err := replan(r.plan, r.cursor, r.creds.withHanded(entries))
 	if err != nil {
 		return err
 	}

@@ -187,7 +187,7 @@ func (p routerPlan) render(routerIP string) []routerFile {
 	return []routerFile{
 		// Before nginx.conf: a name nginx routes to the inspecting proxy
 		// must be one it admits.
-		{inspectFile, p.inspectConf()},
+		{inspectFile, p.inspectConf(routerIP)},
 		{"nginx.conf", p.nginxConf(routerIP)},
 		{"api-policy.json", p.apiPolicy(routerIP)},
 		{"forwards", p.forwards(routerIP) + "\n"},
@@ -300,9 +300,9 @@ func (p routerPlan) sniMap(b *strings.Builder) {
 	}
 	if len(p.injections) > 0 && !mutated("credential-sni") {
 		// An exact name beats a wildcard in a hostnames map.
-		b.WriteString("        # Through the credential proxy only (http below), never by SNI.\n")
+		b.WriteString("        # Inspected, and on through the API gate and the credential proxy\n        # (http below), never by SNI.\n")
 		for _, r := range p.injections {
-			fmt.Fprintf(b, "        %s \"\";\n", r.host)
+			fmt.Fprintf(b, "        %s unix:%s;\n", r.host, inspectSocket)
 		}
 	}
 	b.WriteString("    }\n")
@@ -352,24 +352,32 @@ func (p routerPlan) sniUpstream(e entry) string {
 }
 
 // inspectConf is the inspecting proxy's config (routerd's inspect.go):
-// the allowlist's inspected names on 443, exact and wildcard, and the CA
-// bundle it verifies upstream certificates with. Its certificates are made
-// for these names only.
-func (p routerPlan) inspectConf() string {
+// the allowlist's inspected names on 443, exact and wildcard, the CA
+// bundle it verifies upstream certificates with, and the API hosts whose
+// requests go on to the API gate (which adds the user's key) rather than
+// straight to the host. Its certificates are made for these names only.
+func (p routerPlan) inspectConf(routerIP string) string {
 	doc := struct {
-		Hosts     []string `json:"hosts"`
-		Wildcards []string `json:"wildcards"`
-		TrustedCA string   `json:"trusted_ca"`
-		Resolver  string   `json:"resolver"`
+		Hosts     []string          `json:"hosts"`
+		Wildcards []string          `json:"wildcards"`
+		TrustedCA string            `json:"trusted_ca"`
+		Resolver  string            `json:"resolver"`
+		Gates     map[string]string `json:"gates,omitempty"`
 	}{Hosts: []string{}, Wildcards: []string{}, TrustedCA: p.trustedCA, Resolver: upstreamResolver}
 	for _, e := range p.entries {
 		switch {
-		case e.Port != tlsPort || e.Passthrough || p.injected(e.Host) && !e.Wildcard:
+		case e.Port != tlsPort || e.Passthrough && !p.injected(e.Host):
 		case e.Wildcard:
 			doc.Wildcards = append(doc.Wildcards, e.Host)
 		default:
 			doc.Hosts = append(doc.Hosts, e.Host)
 		}
+	}
+	for _, r := range p.injections {
+		if doc.Gates == nil {
+			doc.Gates = map[string]string{}
+		}
+		doc.Gates[r.host] = credentialGate(routerIP, r)
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return string(b) + "\n"

@@ -249,7 +249,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	for _, want := range []string{
 		"listen unix:/tmp/api-openai-proxy.sock;", "set $api_host api.openai.com;", "include /etc/router-credentials/openai.conf;",
 		"proxy_ssl_trusted_certificate /etc/router/upstream-ca.pem;",
-		"        api.openai.com \"\";\n",
+		"        api.openai.com unix:/tmp/inspect.sock;\n",
 	} {
 		if !strings.Contains(nginx, want) {
 			t.Errorf("nginx.conf lacks %q:\n%s", want, nginx)

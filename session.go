@@ -183,6 +183,9 @@ func (s *session) makeDirs(runtimeDir string) error {
 	if err != nil {
 		return refused(err)
 	}
+	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
+		say(s.out, "%s", w)
+	}
 	if len(cred.creds) > 0 && len(cred.apiAllow) > 0 {
 		say(s.out, "the API rules %s are off (AGENT_SANDBOX_API_ALLOW): requests signed with your key may make the provider reach out where the agent says", strings.Join(cred.apiAllow, ", "))
 	}

@@ -87,7 +87,7 @@ func rowAPIGate(t *testing.T, ev *evidence) {
 		"AGENT_SANDBOX_UPSTREAM_CA": filepath.Join(harness.fakeDir, "ca.pem"),
 		"ANTHROPIC_API_KEY":         keys["anthropic"], "OPENAI_API_KEY": keys["openai"], "GEMINI_API_KEY": keys["gemini"],
 	}
-	allow := "allowed.test\n*.wild.test\n" + credHost + "\n" + openaiHost + "\n" + geminiHost + "\n"
+	allow := "allowed.test passthrough\n*.wild.test passthrough\n" + credHost + "\n" + openaiHost + "\n" + geminiHost + "\n"
 	base := map[string]string{"anthropic": "$ANTHROPIC_BASE_URL", "openai": "${OPENAI_BASE_URL%/v1}", "gemini": "$GOOGLE_GEMINI_BASE_URL"}
 	hostOf := map[string]string{"anthropic": credHost, "openai": openaiHost, "gemini": geminiHost}
 	run := func(extra map[string]string) (map[string]probeResult, sessionResult, []gateCase, []string) {

@@ -46,7 +46,7 @@ var credRows = []struct {
 	{21, "claude -p gets its answer streamed through the router, which adds the user's API key (x-api-key) or OAuth token (Authorization: Bearer); the agent holds placeholders", rowClaudeThroughProxy},
 	{22, "the injected key is nowhere the agent can look: its environment, /proc/*/environ and cmdline, any file it can read, the router's and forwarder's logs, the container specs", rowKeyOutOfReach},
 	{23, "a request the agent sends with its own key arrives with the user's instead, to the loopback port and to the router directly; SSE passes unbuffered", rowAgentKeyReplaced},
-	{24, "a direct TLS connection to the API host by SNI is closed while it has a credential; without one it passes as before", rowDirectTLSClosed},
+	{24, "a request straight to the API host by name, with the agent's own key, is inspected and arrives through the API gate with the user's key instead; without a credential a passthrough host passes it unread", rowDirectTLSClosed},
 	{25, "a key stored with `agent-sandbox secret set` is injected; a stored file mode 0644 refuses the session with chmod 600", rowStoredSecret},
 	{26, "interactive claude in a terminal starts with no login screen and no question about the key, and answers a typed prompt through the router", rowInteractiveClaude},
 }
@@ -60,7 +60,9 @@ const (
 )
 
 // credAllowlist allows the API host and a plain control host.
-const credAllowlist = "allowed.test\n" + credHost + "\n"
+// credAllowlist passes credHost by SNI when it gets no credential (the
+// opened path of row 22), as before the inspecting proxy.
+const credAllowlist = "allowed.test passthrough\n" + credHost + " passthrough\n"
 
 // credEnv is the launcher environment of a credential row: the API host
 // and the CA its certificate is verified with, plus extra.
@@ -433,39 +435,47 @@ func rowAgentKeyReplaced(t *testing.T, ev *evidence) {
 
 func rowDirectTLSClosed(t *testing.T, ev *evidence) {
 	n1, n2, n3 := newNonce(t), newNonce(t), newNonce(t)
-	key := "sk-ant-api03-" + newNonce(t)
-	direct := []probe{
-		{"by-name", curlHTTPS(credHost, n1)},
+	key, agentKey := "sk-ant-api03-"+newNonce(t), "sk-ant-api03-"+newNonce(t)
+	// Straight to the API host by name, with a key of the agent's own and
+	// the sandbox's trust (no --cacert: the session CA is in the bundle).
+	direct := func(n string) string {
+		return `curl -sS --max-time 15 -X POST -H "x-api-key: ` + agentKey + `" -H "anthropic-version: 2023-06-01" -H "content-type: application/json" ` +
+			`-d '{"model":"claude-fake","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}' "https://` + credHost + `/v1/messages?n=` + n + `"`
+	}
+	probes := []probe{
+		{"by-name", direct(n1)},
 		{"to-router", `curl -sS --max-time 15 --cacert ./ca.pem --resolve ` + credHost + `:443:$(awk '/^nameserver/{print $2; exit}' /etc/resolv.conf) https://` + credHost + `/` + n2},
 		{"control", curlHTTPS("allowed.test", n3)},
 	}
 	mark := markFakeLog()
-	res, r := probeSession(t, sessionOpts{Dir: credDir(t), Allowlist: credAllowlist, Env: credEnv(map[string]string{"ANTHROPIC_API_KEY": key})}, direct...)
-	if p := res["by-name"]; p.RC != 35 {
-		t.Errorf("TLS by name to the API host: want curl's exit 35 (closed by the router in the handshake): %s", p)
-	}
+	res, r := probeSession(t, sessionOpts{Dir: credDir(t), Allowlist: credAllowlist, Env: credEnv(map[string]string{"ANTHROPIC_API_KEY": key})}, probes...)
+	wantOK(t, res, "by-name", `"type":"message"`)
 	// nginx's TLS server is not on the router's address at all.
 	if p := res["to-router"]; p.RC != 7 || !strings.Contains(p.Out, "Could not connect") {
 		t.Errorf("TLS to the router's address: want curl's exit 7 (refused at connect): %s", p)
 	}
-	wantNeverArrived(t, n1, "TLS by SNI to the API host")
+	wantArrived(t, n1, "a request straight to the API host, inspected")
+	if got := linesWith(mark.since(), n1); !strings.Contains(strings.Join(got, "\n"), `x-api-key="`+key+`"`) {
+		t.Errorf("the request straight to the API host did not arrive with the user's key:\n%s", strings.Join(got, "\n"))
+	}
+	wantNeverArrived(t, agentKey, "the agent's own key, straight to the API host")
 	wantNeverArrived(t, n2, "TLS by SNI to the API host at the router's address")
 	wantOK(t, res, "control", "hello from allowed.test")
 	wantArrived(t, n3, "TLS to a plain allowed host")
-	if strings.Contains(mark.since(), `sni="`+credHost+`"`) {
-		t.Errorf("LEAK: a ClientHello for %s reached the fake:\n%s", credHost, mark.since())
+	if !strings.Contains(r.Stderr, credHost+"  ANTHROPIC_API_KEY from your environment, 1 request") {
+		t.Errorf("the exit summary does not count the request:\n%s", indent(r.Stderr))
 	}
-	if !strings.Contains(r.Stderr, "1 TLS connection straight to it closed") {
-		t.Errorf("the exit summary does not count the closed connections:\n%s", indent(r.Stderr))
-	}
-	// Opened path: without a credential the host passes by SNI as before.
+	// Opened path: without a credential the host (marked passthrough in
+	// credAllowlist) passes by SNI, unread, and the agent's key arrives.
 	n4 := newNonce(t)
 	res, _ = probeSession(t, sessionOpts{Dir: credDir(t), Allowlist: credAllowlist, Env: credEnv(nil)},
-		probe{"by-name", curlHTTPS(credHost, n4)})
-	wantOK(t, res, "by-name", "hello from "+credHost)
-	wantArrived(t, n4, "TLS by SNI to the API host without a credential")
+		probe{"by-name", direct(n4)})
+	wantOK(t, res, "by-name", `"type":"message"`)
+	if got := linesWith(fakeLog(), n4); !strings.Contains(strings.Join(got, "\n"), `x-api-key="`+agentKey+`"`) {
+		t.Errorf("opened path: the agent's key did not arrive by SNI:\n%s", strings.Join(got, "\n"))
+	}
 	if !t.Failed() {
-		ev.add("curl by name and to the router's :443 with SNI %s: closed, nonces in no log, no ClientHello for it at the fake, 2 closes in the exit summary; allowed.test passed in the same session; without a credential the same curl reached the host (opened path)", credHost)
+		ev.add("curl straight to %s with the agent's own key: inspected, through the API gate, arrived with the user's key and never the agent's; TLS to the router's :443 refused; allowed.test passed in the same session; passthrough without a credential the same request arrived with the agent's key (opened path)", credHost)
 	}
 }
 

@@ -402,7 +402,7 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 		{"nested git init with an fsmonitor", "git init -q nested && git -C nested config core.fsmonitor " + shellQuote(touch)},
 	}
 	mark := markFakeLog()
-	res, r := probeSession(t, sessionOpts{Dir: dir, Allowlist: defaultAllowlist + gitHost + "\n"}, append(probes, workflow...)...)
+	res, r := probeSession(t, sessionOpts{Dir: dir, Allowlist: defaultAllowlist + gitHost + " passthrough\n"}, append(probes, workflow...)...)
 	for _, e := range escapes {
 		p := res[e.name]
 		if p.RC == 0 || !strings.Contains(p.Out, e.want) {

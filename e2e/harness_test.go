@@ -36,6 +36,10 @@ const gitHost = "git.allowed.test"
 
 func gitRoot() string { return filepath.Join(harness.fakeDir, "git") }
 
+// gitAuthRepo is the bare repository under gitRoot() that the fake serves
+// only to a request with an Authorization header.
+const gitAuthRepo = "secret.git"
+
 // fakeZone is everything the fake DNS knows. Denied names resolve there too:
 // if one is blocked in the sandbox, the router blocked it, not the fake.
 var fakeZone = []string{
@@ -295,6 +299,11 @@ func writePKI() error {
 	if err := os.Mkdir(gitRoot(), 0o755); err != nil {
 		return err
 	}
+	// The repository that wants credentials (the fake's -git-auth-repos):
+	// git sends a URL's userinfo only after a 401.
+	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", filepath.Join(gitRoot(), gitAuthRepo)).CombinedOutput(); err != nil {
+		return fmt.Errorf("git init %s: %v: %s", gitAuthRepo, err, out)
+	}
 	for name, data := range map[string][]byte{"ca.pem": ca.CertPEM, "ca.key": caKey, "server.pem": cert, "server.key": key} {
 		if err := testpki.WriteFile(filepath.Join(h.fakeDir, name), data); err != nil {
 			return err
@@ -315,7 +324,7 @@ func startFake() error {
 		"-log", "/fake/fake.log", "-dns", strings.Join(zone, ","),
 		"-cert", "/fake/server.pem", "-key", "/fake/server.key",
 		"-ca-cert", "/fake/ca.pem", "-ca-key", "/fake/ca.key",
-		"-git-hosts", gitHost, "-git-root", "/fake/git")
+		"-git-hosts", gitHost, "-git-root", "/fake/git", "-git-auth-repos", "/"+gitAuthRepo)
 	if err != nil {
 		return err
 	}

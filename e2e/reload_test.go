@@ -338,24 +338,24 @@ exit 0
 }
 
 const liveBefore = `# live reload row
-allowed.test
+allowed.test passthrough
 allowed.test:2222
-*.wild.test
+*.wild.test passthrough
 `
 
 // added.allowed.test sorts before allowed.test: planned from scratch it
 // would take allowed.test's loopback address, which open connections and
 // cached answers still use.
-const liveAdded = liveBefore + `added.allowed.test
+const liveAdded = liveBefore + `added.allowed.test passthrough
 added.allowed.test:2222
 `
 
 // liveBad keeps allowed.test but would drop added.allowed.test, if it
 // were applied; its line 5 does not parse.
 const liveBad = `# live reload row
-allowed.test
+allowed.test passthrough
 allowed.test:2222
-*.wild.test
+*.wild.test passthrough
 *.bad*.test
 `
 

@@ -21,13 +21,13 @@ import (
 // netBefore has a port entry and a name that the deny row removes, and
 // allowed.test, which stays.
 const netBefore = `# deny row
-allowed.test
+allowed.test passthrough
 allowed.test:2222
-added.allowed.test
+added.allowed.test passthrough
 `
 
 // netAdded only adds to netBefore: open connections must survive it.
-const netAdded = netBefore + `*.wild.test
+const netAdded = netBefore + `*.wild.test passthrough
 `
 
 // denyScript holds a raw TCP connection to allowed.test:2222 and a TLS

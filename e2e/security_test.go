@@ -106,7 +106,9 @@ func (s *secSuite) allowlist(extra ...string) string {
 	h := strings.ReplaceAll(s.env.hostIPs[0], ".", "-")
 	lines := []string{
 		"# e2e security allowlist",
-		"allowed.test", "*.wild.test", "allowed.test:2222", "*." + rebindSuffix,
+		// Passthrough, as in defaultAllowlist: these rows read what the
+		// client itself sent at the fake.
+		"allowed.test passthrough", "*.wild.test passthrough", "allowed.test:2222", "*." + rebindSuffix + " passthrough",
 		"ip-127-0-0-1-lo." + rebindSuffix + ":5353 # routerd's own resolver on the router's loopback",
 		"ip-127-0-0-1-hl." + rebindSuffix + ":" + p + " # the host canaries' port on the router's loopback",
 		"ip-10-99-0-1-gw." + rebindSuffix + ":2222 # the egress gateway",
@@ -188,7 +190,7 @@ func (s *secSuite) runOpened(t *testing.T) {
 	wide := secAllow + ",10.99.0.0/24,172.31.99.0/24,192.168.99.0/24"
 	p := strconv.Itoa(s.env.hostPort)
 	s.opened.res = s.parallelSession(t, "opened-path", &s.opened, sessionOpts{Dir: dir,
-		Allowlist: s.allowlist("host.containers.internal", "host.containers.internal:"+p),
+		Allowlist: s.allowlist("host.containers.internal passthrough", "host.containers.internal:"+p),
 		Env:       s.sessionEnv(wide), Timeout: 2 * time.Minute},
 		preflight("preflight", pfSessionCmds, pfSecPy, pfCA, pfNcN, pfDigTCP))
 }

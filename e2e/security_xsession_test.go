@@ -42,7 +42,7 @@ var rDigTCPNoRoute = because("no route to the resolver (ENETUNREACH)", []int{1},
 
 // xsAllowlistA gives session A one port entry: its router relays 10001 to
 // allowed.test:2222, the security fake's echo.
-const xsAllowlistA = "# e2e row 27: session A\nallowed.test\nallowed.test:2222\n"
+const xsAllowlistA = "# e2e row 27: session A\nallowed.test passthrough\nallowed.test:2222\n"
 
 // xsScriptA is session A's agent: it listens on its own address until the
 // test creates a-stop.

@@ -24,9 +24,13 @@ import (
 const sessionTimeout = 90 * time.Second
 
 // defaultAllowlist is what a row gets unless it brings its own.
+// defaultAllowlist passes its TLS names unread (passthrough): the rows that
+// use it probe with the test CA (--cacert ./ca.pem) and read what the
+// client sent at the fake (SNI, ALPN, raw hellos). The inspecting proxy's
+// rows (e2e/inspect_test.go) use inspected names.
 const defaultAllowlist = `# e2e default allowlist
-allowed.test
-*.wild.test
+allowed.test passthrough
+*.wild.test passthrough
 allowed.test:2222
 `
 
@@ -90,6 +94,9 @@ func runSession(t *testing.T, o sessionOpts) sessionResult {
 		"AGENT_SANDBOX_UPSTREAM_ALLOW": egressSubnet,
 		"AGENT_SANDBOX_IMAGE":          harness.sandboxImage,
 		"AGENT_SANDBOX_ROUTER_IMAGE":   harness.routerImage,
+		// The inspecting proxy verifies the fake's certificates with the
+		// test CA, as the credential proxy does: pinned like the DNS.
+		"AGENT_SANDBOX_UPSTREAM_CA": filepath.Join(harness.fakeDir, "ca.pem"),
 	}
 	for k, v := range o.Env {
 		env[k] = v
