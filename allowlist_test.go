@@ -1,9 +1,9 @@
 package main
 
 import (
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )

@@ -144,7 +144,7 @@ func TestGitAuthRepos(t *testing.T) {
 		mustGit(work, "-c", "http.version="+version.config, "push", "-q", "https://user:"+nonce+"@git.allowed.test:"+port+"/secret.git", "main:"+branch)
 		// Basic user:NONCE.
 		auth := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+nonce))
-		f.wantLog(t, "https headers method=POST", "proto="+version.proto, `path="/secret.git/git-receive-pack"`, auth)
+		f.wantLog(t, "https headers method=POST", "proto="+version.proto, `path="/secret.git/git-receive-pack"`, `basic="user:`+nonce+`"`, auth)
 		f.wantLog(t, `git push repo="/secret.git"`, branch+"="+head)
 		f.wantLog(t, "https headers method=GET", "proto="+version.proto, `path="/secret.git/info/refs?service=git-receive-pack"`, "User-Agent: git/")
 	}

@@ -45,12 +45,17 @@ func (s *tlsServer) logHeaders(r *http.Request) {
 	if target == "" {
 		target = r.URL.RequestURI()
 	}
-	userinfo := ""
+	extra := ""
 	if r.URL.User != nil {
-		userinfo = fmt.Sprintf(" userinfo=%q", r.URL.User.String())
+		extra = fmt.Sprintf(" userinfo=%q", r.URL.User.String())
+	}
+	// Basic credentials decoded too, so that a nonce git sent from a URL's
+	// userinfo is found by a plain search.
+	if user, pass, ok := r.BasicAuth(); ok {
+		extra += fmt.Sprintf(" basic=%q", bound(user+":"+pass, headersLogMax))
 	}
 	s.log.printf("https headers method=%s host=%q proto=%s path=%q%s headers=%q",
-		r.Method, r.Host, r.Proto, bound(target, headersLogMax), userinfo, bound(b.String(), headersLogMax))
+		r.Method, r.Host, r.Proto, bound(target, headersLogMax), extra, bound(b.String(), headersLogMax))
 }
 
 // bound cuts s to limit bytes, saying how much it left out.

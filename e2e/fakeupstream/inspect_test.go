@@ -91,7 +91,8 @@ func TestUnknownALPNStillHandshakes(t *testing.T) {
 	}
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	// An absolute-form target with userinfo: the headers line shows it.
-	if _, err := io.WriteString(c, "GET https://user:ui-nonce-3@allowed.test/abs?x=1 HTTP/1.1\r\nHost: allowed.test\r\nX-Odd: a\r\nX-Odd: b\r\nConnection: close\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET https://user:ui-nonce-3@allowed.test/abs?x=1 HTTP/1.1\r\nHost: allowed.test\r\nX-Odd: a\r\nX-Odd: b\r\n"+
+		"Authorization: Basic YWxhZGRpbjpiYXNpYy1ub25jZS0z\r\nConnection: close\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -101,7 +102,7 @@ func TestUnknownALPNStillHandshakes(t *testing.T) {
 	resp.Body.Close()
 	f.wantLog(t, "tls hello", `alpn=["alpn-nonce-3"]`)
 	f.wantLog(t, "https headers method=GET", `host="allowed.test"`, "proto=HTTP/1.1",
-		`path="https://user:ui-nonce-3@allowed.test/abs?x=1"`, `userinfo="user:ui-nonce-3"`, `Connection: close\nX-Odd: a\nX-Odd: b"`)
+		`path="https://user:ui-nonce-3@allowed.test/abs?x=1"`, `userinfo="user:ui-nonce-3" basic="aladdin:basic-nonce-3" headers="Authorization: Basic YWxhZGRpbjpiYXNpYy1ub25jZS0z\nConnection: close\nX-Odd: a\nX-Odd: b"`)
 }
 
 func TestHeadersLineIsBounded(t *testing.T) {

@@ -1,6 +1,7 @@
 // routerd is the router container's entrypoint: it runs the upstream DNS
-// filter that nginx resolves through, and supervises dnsmasq and nginx,
-// reloading them when the launcher rewrites their config.
+// filter that nginx resolves through, the API gate and the TLS-inspecting
+// proxy (inspect.go), and supervises dnsmasq and nginx, reloading them
+// when the launcher rewrites their config.
 package main
 
 import (
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/inspect"
 )
 
 const (
@@ -53,6 +56,14 @@ type config struct {
 	watch []watched
 	// apiPolicy is the API gate's config file (apiproxy.go); "" for none.
 	apiPolicy string
+	// inspectSocket is where nginx passes the connections routerd
+	// inspects (INSPECT_SOCKET; "" for no inspection), caDir where the
+	// session CA goes for the launcher (CA_DIR), inspectFile the
+	// proxy's config (inspect.go).
+	inspectSocket, caDir, inspectFile string
+	// ready, when set, replaces the listeners announceReady waits for
+	// (tests name their own).
+	ready []readyTarget
 }
 
 func main() {
@@ -105,6 +116,10 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 	if len(upstreams) == 0 {
 		return config{}, fmt.Errorf("no upstream DNS servers: set UPSTREAM_DNS or add nameserver lines to %s", resolvConf)
 	}
+	inspectSocket, caDir := strings.TrimSpace(getenv("INSPECT_SOCKET")), strings.TrimSpace(getenv("CA_DIR"))
+	if inspectSocket != "" && caDir == "" {
+		return config{}, fmt.Errorf("INSPECT_SOCKET is set but CA_DIR is not: the agent could not trust the session CA (the launcher sets both)")
+	}
 	v := strings.TrimSpace(getenv("READY_ADDR"))
 	ready, err := netip.ParseAddr(v)
 	if err != nil {
@@ -121,6 +136,10 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 		children:  defaultChildren(configDir, defaultRunDir),
 		watch:     defaultWatches(configDir, defaultRunDir, dnsmasqBackend),
 		apiPolicy: filepath.Join(configDir, apiPolicyFile),
+
+		inspectSocket: inspectSocket,
+		caDir:         caDir,
+		inspectFile:   filepath.Join(configDir, inspect.ConfigFile),
 	}, nil
 }
 
@@ -204,7 +223,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	defer served.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopped := make(chan error, len(servers))
+	stopped := make(chan error, len(servers)+1)
 	for name, s := range servers {
 		served.Go(func() {
 			if err := s.serve(ctx); err != nil {
@@ -221,6 +240,20 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		defer gate.close()
 		go gate.follow(ctx, configPoll)
 	}
+	// Before the ready line: the launcher gives the agent the CA files,
+	// which are written by then.
+	var px *inspect.Proxy
+	if cfg.inspectSocket != "" {
+		if px, err = startInspect(cfg, stdout, logger); err != nil {
+			logger.Printf("inspect proxy: %v", err)
+			return 1
+		}
+		served.Go(func() {
+			if err := px.Serve(ctx); err != nil {
+				stopped <- fmt.Errorf("inspect proxy stopped: %w", err)
+			}
+		})
+	}
 	reloads := make(chan reload)
 	if len(cfg.watch) > 0 {
 		w := newConfigWatcher(cfg.watch, logger)
@@ -231,19 +264,37 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		}
 		go w.follow(ctx, configPoll, reloads)
 	}
-	if cfg.readyAddr.IsValid() {
-		targets := []readyTarget{{"tcp", netip.AddrPortFrom(cfg.readyAddr, 53).String()}, {"tcp", netip.AddrPortFrom(cfg.readyAddr, 443).String()}}
-		if cfg.front.IsValid() {
-			// Our front answers on port 53 at once; dnsmasq is behind it.
-			targets[0].addr = cfg.backend.String()
-		}
-		if cfg.tlsSocket != "" {
-			targets[1] = readyTarget{"unix", cfg.tlsSocket}
-		}
-		go announceReady(ctx, targets, stdout)
+	if targets := cfg.readyTargets(); targets != nil {
+		go func() {
+			announceReady(ctx, targets, stdout)
+			// The certificates of the exact hosts are made after the
+			// ready line, off the start's critical path.
+			if px != nil && ctx.Err() == nil {
+				px.Warm()
+			}
+		}()
+	} else if px != nil {
+		go px.Warm()
 	}
 	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads, cut: nginxCutter}
 	return s.run(ctx, stopped)
+}
+
+// readyTargets are the listeners announceReady waits for; nil when
+// routerd has no session address to announce.
+func (cfg config) readyTargets() []readyTarget {
+	if cfg.ready != nil || !cfg.readyAddr.IsValid() {
+		return cfg.ready
+	}
+	targets := []readyTarget{{"tcp", netip.AddrPortFrom(cfg.readyAddr, 53).String()}, {"tcp", netip.AddrPortFrom(cfg.readyAddr, 443).String()}}
+	if cfg.front.IsValid() {
+		// Our front answers on port 53 at once; dnsmasq is behind it.
+		targets[0].addr = cfg.backend.String()
+	}
+	if cfg.tlsSocket != "" {
+		targets[1] = readyTarget{"unix", cfg.tlsSocket}
+	}
+	return targets
 }
 
 // readyLine tells the launcher, which is attached to our output, that the
