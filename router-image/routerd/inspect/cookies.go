@@ -13,10 +13,12 @@ import (
 // keeps state between pages, still works.
 
 const (
-	// maxCookiesPerHost and maxCookieHosts bound the jar's memory; what
-	// does not fit is not remembered, so it is removed when sent back.
+	// maxCookiesPerHost, maxCookieHosts and maxJarBytes bound the jar's
+	// memory (a wildcard admits any number of hosts); what does not fit
+	// is not remembered, so it is removed when sent back.
 	maxCookiesPerHost = 256
 	maxCookieHosts    = 1024
+	maxJarBytes       = 8 << 20
 	// maxCookieSize is what browsers keep of one cookie.
 	maxCookieSize = 4096
 )
@@ -25,6 +27,7 @@ const (
 type jar struct {
 	mu    sync.Mutex
 	hosts map[string]map[string]jarCookie
+	bytes int // of the names and values held
 }
 
 type jarCookie struct {
@@ -55,8 +58,14 @@ func (j *jar) remember(host string, lines []string) {
 			expires = c.Expires
 		}
 		cs := j.hosts[host]
-		if !expires.IsZero() && !expires.After(now) {
+		old, had := cs[c.Name]
+		if had {
+			// A later cookie of the name replaces it, an expired one
+			// deletes it.
 			delete(cs, c.Name)
+			j.bytes -= len(c.Name) + len(old.value)
+		}
+		if !expires.IsZero() && !expires.After(now) {
 			continue
 		}
 		if cs == nil {
@@ -66,10 +75,11 @@ func (j *jar) remember(host string, lines []string) {
 			cs = map[string]jarCookie{}
 			j.hosts[host] = cs
 		}
-		if _, ok := cs[c.Name]; !ok && len(cs) >= maxCookiesPerHost {
+		if len(cs) >= maxCookiesPerHost || j.bytes+len(c.Name)+len(c.Value) > maxJarBytes {
 			continue
 		}
 		cs[c.Name] = jarCookie{value: c.Value, expires: expires}
+		j.bytes += len(c.Name) + len(c.Value)
 	}
 }
 

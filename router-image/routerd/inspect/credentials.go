@@ -24,6 +24,9 @@ var credentialHeaders = []string{
 	// RFC 9110: credentials for a proxy; some servers take them as
 	// their own.
 	"Proxy-Authorization",
+	// APIs behind servers that drop Authorization (PHP under CGI) take
+	// it here.
+	"X-Authorization",
 	// Anthropic, and many APIs' key header.
 	"X-Api-Key",
 	// Azure OpenAI and other Azure services.
