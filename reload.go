@@ -184,6 +184,13 @@ func newRouterFiles(dir, routerIP string, creds credPlan) (*routerFiles, error) 
 	if err := os.Mkdir(caDirOf(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
 	}
+	// The agent's container is created while the router starts, and
+	// podman wants a bind mount's source to exist then: routerd renames its
+	// bundle over this empty one before it is ready, and the agent's
+	// container, started after that, mounts the path as it is then.
+	if err := os.WriteFile(filepath.Join(caDirOf(dir), caBundleFile), nil, 0o644); err != nil {
+		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
+	}
 	r := &routerFiles{dir: dir, routerIP: routerIP, creds: creds, cursor: firstCursor}
 	if len(creds.upstreamCA) > 0 {
 		if err := r.replace(routerFile{upstreamCAFile, string(creds.upstreamCA)}); err != nil {
