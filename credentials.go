@@ -227,6 +227,26 @@ func (p credPlan) withHanded(entries []entry) []entry {
 	return out
 }
 
+// unreadHosts says at start which hosts the router passes unread, where a
+// key the agent brings works, and why; "" when there is none.
+func unreadHosts(s sessionCredentials, entries []entry) string {
+	var hosts []string
+	for _, e := range entries {
+		if e.Passthrough {
+			hosts = append(hosts, e.String()+" (passthrough)")
+		}
+	}
+	for _, h := range s.handed {
+		if allowlisted(h, entries) {
+			hosts = append(hosts, h+" (its key is passed in with --env)")
+		}
+	}
+	if len(hosts) == 0 {
+		return ""
+	}
+	return "passed unread, where a key the agent brings works: " + strings.Join(hosts, ", ")
+}
+
 // loginWarning is for a session of Claude Code whose API host the router
 // inspects without a credential of the user's for it: a login kept in the
 // home volume is then a credential of the agent's, which the router
@@ -546,7 +566,7 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 	}
 	requests, closed := map[string]int{}, map[string]int{}
 	for _, line := range strings.Split(routerLog, "\n") {
-		if m := proxyRequest.FindStringSubmatch(line); m != nil {
+		if m := proxyRequest.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
 			requests[m[1]]++
 		} else if d, ok := parseDenial(line); ok && !d.lookup {
 			closed[strings.TrimSuffix(strings.ToLower(d.host), ".")]++
@@ -623,7 +643,7 @@ var printableHeader = regexp.MustCompile(`^[A-Za-z0-9:_-]{1,64}$`)
 
 // proxyRequest is a request through the credential proxy, in router.go's
 // log format.
-var proxyRequest = regexp.MustCompile(`\bcredentials host=(\S+) `)
+var proxyRequest = regexp.MustCompile(`^credentials host=(\S+) method=`)
 
 // apiRefused is a request the API gate refused, in routerd's log format
 // (apiproxy.go): no header or body, only where and by which rule.

@@ -416,3 +416,13 @@ func TestLoginWarning(t *testing.T) {
 		}
 	}
 }
+
+func TestUnreadHosts(t *testing.T) {
+	entries := []entry{{Host: "a.example", Port: 443}, {Host: "b.example", Port: 443, Passthrough: true}, {Host: "api.anthropic.com", Port: 443}}
+	if got := unreadHosts(sessionCredentials{handed: []string{"api.anthropic.com", "api.openai.com"}}, entries); got != "passed unread, where a key the agent brings works: b.example (passthrough), api.anthropic.com (its key is passed in with --env)" {
+		t.Errorf("unreadHosts = %q", got)
+	}
+	if got := unreadHosts(sessionCredentials{}, entries[:1]); got != "" {
+		t.Errorf("nothing unread: %q", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -378,6 +379,11 @@ func (p routerPlan) inspectConf(routerIP string) string {
 			doc.Gates = map[string]string{}
 		}
 		doc.Gates[r.host] = credentialGate(routerIP, r)
+		// nginx sends it here even where only a passthrough wildcard
+		// admits it.
+		if !slices.Contains(doc.Hosts, r.host) {
+			doc.Hosts = append(doc.Hosts, r.host)
+		}
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return string(b) + "\n"

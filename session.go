@@ -183,6 +183,9 @@ func (s *session) makeDirs(runtimeDir string) error {
 	if err != nil {
 		return refused(err)
 	}
+	if l := unreadHosts(cred, s.cfg.entries); l != "" {
+		say(s.out, "%s", l)
+	}
 	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
 		say(s.out, "%s", w)
 	}

@@ -29,6 +29,7 @@ func startInspect(cfg config, stdout io.Writer, logger *log.Logger) (*inspect.Pr
 		Poll:   configPoll,
 		// hack/mutation-check's inspect-strip-off passes every credential.
 		KeepCredentials: mutated("inspect-strip-off"),
+		AnyHost:         mutated("inspect-host-check-off"),
 	}
 	if mutated("ca-key-readable") {
 		// hack/mutation-check's ca-key-readable: the key next to the

@@ -45,7 +45,9 @@ func (j *jar) remember(host string, lines []string) {
 	defer j.mu.Unlock()
 	for _, line := range lines {
 		c, err := http.ParseSetCookie(line)
-		if err != nil || len(c.Name)+len(c.Value) > maxCookieSize {
+		if err != nil || len(c.Name)+len(c.Value) > maxCookieSize || strings.ContainsAny(c.Value, ", \t") {
+			// A value with a comma or a space could read as a second
+			// cookie to a server that splits on them.
 			continue
 		}
 		var expires time.Time

@@ -56,6 +56,8 @@ var credentialHeaders = []string{
 	"X-Sentry-Auth",
 	// Datadog intake: an organisation's API key.
 	"Dd-Api-Key",
+	// Honeycomb: a team's API key (its name says nothing of a key).
+	"X-Honeycomb-Team",
 	// RFC 2965's obsolete cookie header: nothing the host set is ever
 	// sent in it.
 	"Cookie2",
@@ -102,6 +104,66 @@ func googleAPIHost(host string) bool {
 	return host == "googleapis.com" || strings.HasSuffix(host, ".googleapis.com")
 }
 
+// The table names the headers and parameters known to carry credentials;
+// a name it lacks but whose words say credential goes too: APIs invent
+// their own (Ocp-Apim-Subscription-Key, X-Auth-Key, X-Nuget-Apikey,
+// Circle-Token, X-Shopify-Access-Token, Statsig-Api-Key, ...).
+
+// credentialWords: a header name with a word that holds one of these is a
+// credential's ("auth" as a word's start: auth, authorization, authuser).
+var credentialWords = []string{"token", "secret", "password", "passwd", "apikey", "credential", "signature", "jwt", "otp"}
+
+// notCredentialHeaders hold those words but carry none: a cookie-bound
+// anti-forgery token (the agent's cookies are filtered), a WebSocket
+// handshake nonce, a retry key.
+var notCredentialHeaders = map[string]bool{
+	"x-csrf-token": true, "x-xsrf-token": true, "csrf-token": true, "x-csrftoken": true,
+	"sec-websocket-key": true, "idempotency-key": true, "x-idempotency-key": true,
+}
+
+// credentialName says whether a header's name says it carries a
+// credential: a word starting with "auth", a word holding one of
+// credentialWords, or a last word "key" (X-Auth-Key, Apikey, Dd-Application-Key).
+func credentialName(name string) bool {
+	n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+	if notCredentialHeaders[n] {
+		return false
+	}
+	words := strings.Split(n, "-")
+	for _, w := range words {
+		if strings.HasPrefix(w, "auth") {
+			return true
+		}
+		for _, c := range credentialWords {
+			if strings.Contains(w, c) {
+				return true
+			}
+		}
+	}
+	last := words[len(words)-1]
+	return last == "key" || strings.HasSuffix(last, "apikey")
+}
+
+// credentialSubprotocol says whether WebSocket subprotocols offered carry
+// a credential: a word of credentialWords, "key", "bearer" or "auth" in
+// any of them, or a bare "token" offer (Deepgram's "token, KEY").
+func credentialSubprotocol(values []string) bool {
+	for _, v := range values {
+		for p := range strings.SplitSeq(v, ",") {
+			p = strings.ToLower(strings.TrimSpace(p))
+			if strings.Contains(p, "key") || strings.Contains(p, "bearer") || strings.Contains(p, "auth") {
+				return true
+			}
+			for _, c := range credentialWords {
+				if strings.Contains(p, c) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 var credentialHeader = func() map[string]string {
 	m := make(map[string]string, len(credentialHeaders))
 	for _, h := range credentialHeaders {
@@ -118,7 +180,8 @@ func headerKey(name string) string {
 
 // strip removes every credential of the table from r, and the cookies
 // host did not set (jar), and says what it removed by name: never a value.
-func strip(r *http.Request, host string, cookies *jar) []string {
+// A query the host's own redirect gave (signed, see signedURLs) is kept.
+func strip(r *http.Request, host string, cookies *jar, signed bool) []string {
 	var removed []string
 	for _, h := range credentialHeaders {
 		if _, ok := r.Header[h]; ok {
@@ -127,13 +190,17 @@ func strip(r *http.Request, host string, cookies *jar) []string {
 		}
 	}
 	for k := range r.Header {
-		if strings.IndexByte(k, '_') < 0 {
-			continue
-		}
-		if credentialHeader[headerKey(k)] != "" {
+		if credentialHeader[headerKey(k)] != "" || credentialName(k) {
 			delete(r.Header, k)
 			removed = append(removed, strings.ToLower(k))
 		}
+	}
+	if vs, ok := r.Header["Sec-Websocket-Protocol"]; ok && credentialSubprotocol(vs) {
+		// OpenAI's Realtime API (openai-insecure-api-key.KEY), Kubernetes
+		// (base64url.bearer.authorization.k8s.io.TOKEN) and others take a
+		// key as a WebSocket subprotocol.
+		delete(r.Header, "Sec-Websocket-Protocol")
+		removed = append(removed, "sec-websocket-protocol")
 	}
 	if vs, ok := r.Header["Cookie"]; ok {
 		kept, dropped := cookies.filter(host, vs)
@@ -153,7 +220,7 @@ func strip(r *http.Request, host string, cookies *jar) []string {
 		r.URL.User = nil
 		removed = append(removed, "userinfo")
 	}
-	if r.URL.RawQuery != "" {
+	if r.URL.RawQuery != "" && !signed {
 		var names []string
 		r.URL.RawQuery, names = stripQuery(r.URL.RawQuery, googleAPIHost(host))
 		for _, n := range names {
@@ -199,9 +266,68 @@ func credentialParam(piece string, google bool) string {
 			}
 		}
 		name = strings.ToLower(strings.TrimSpace(name))
-		if credentialQuery[name] || google && name == googleKeyQuery {
+		if credentialQuery[name] || google && name == googleKeyQuery || credentialParamName(name, google) {
 			return name
 		}
 	}
 	return ""
+}
+
+// queryName is a parameter's name as servers read it: PHP turns '.', ' '
+// and a lone '[' into '_' and reads "name[]" as name; Google's front ends
+// read "$key" as "key"; '-' is spelt '_' here.
+func queryName(name string) string {
+	name = strings.TrimPrefix(name, "$")
+	name = strings.TrimSuffix(name, "[]")
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', ' ', '[', '-':
+			return '_'
+		}
+		return r
+	}, name)
+}
+
+// paginationTokens name a position in a listing, not a credential.
+var paginationTokens = map[string]bool{
+	"page_token": true, "pagetoken": true, "next_token": true, "nexttoken": true,
+	"continuation_token": true, "continuationtoken": true, "sync_token": true, "synctoken": true,
+	"csrf_token": true, "xsrf_token": true, "resumption_token": true, "resumptiontoken": true,
+}
+
+// credentialParamName says whether a (lowercase) query parameter's name,
+// read as servers read it, is a credential's: one of credentialQuery, a
+// name holding token (not a listing's position), secret, password,
+// apikey, api_key, auth or jwt, or "key" on Google's API hosts
+// (Firebase's auth, Azure's subscription-key, Sentry's sentry_key,
+// CircleCI's circle-token, ...).
+func credentialParamName(name string, google bool) bool {
+	n := queryName(name)
+	if credentialQuery[n] || google && n == googleKeyQuery {
+		return true
+	}
+	if paginationTokens[n] {
+		return false
+	}
+	words := strings.Split(n, "_")
+	for _, w := range words {
+		// token, accesstoken, apitoken; not tokens, max_tokens.
+		if strings.HasSuffix(w, "token") || w == "auth" || w == "authorization" {
+			return true
+		}
+		// signature and credential: a signed URL's (X-Amz-Signature,
+		// X-Goog-Credential), kept only where the host redirected to it.
+		for _, c := range []string{"secret", "password", "passwd", "apikey", "jwt", "credential", "signature", "accesskeyid", "accessid"} {
+			if strings.Contains(w, c) {
+				return true
+			}
+		}
+	}
+	// Azure's shared access signature.
+	if n == "sig" {
+		return true
+	}
+	// api_key, sentry_key, subscription_key: a last word "key" after
+	// another (a lone key is Google's alone).
+	return len(words) > 1 && words[len(words)-1] == "key" && n != "idempotency_key" && n != "sort_key"
 }

@@ -105,7 +105,7 @@ func normalName(s string) string {
 // admits reports whether name (normalised) is inspected: an exact host or
 // a name strictly under a wildcard's suffix.
 func (p *policy) admits(name string) bool {
-	if name == "" {
+	if !hostName(name) {
 		return false
 	}
 	if p.hosts[name] {
@@ -117,4 +117,26 @@ func (p *policy) admits(name string) bool {
 		}
 	}
 	return false
+}
+
+// hostName says whether name is a DNS host name: labels of letters,
+// digits, '-' and '_', at most 63 bytes each and 253 in all. Under a
+// wildcard the agent chooses the first labels; nothing else may reach a
+// certificate, an upstream or the log.
+func hostName(name string) bool {
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -67,6 +67,9 @@ type Config struct {
 	// KeepCredentials is hack/mutation-check's inspect-strip-off: requests
 	// pass with the agent's credentials.
 	KeepCredentials bool
+	// AnyHost is hack/mutation-check's inspect-host-check-off: a Host
+	// other than the TLS name is passed on (to the TLS name's host).
+	AnyHost bool
 	// LeakCAKey, when set, is handed the CA's key once it is made:
 	// hack/mutation-check's ca-key-readable writes it out. Nothing else
 	// ever sets it.
@@ -78,6 +81,7 @@ type Proxy struct {
 	cfg    Config
 	ca     *authority
 	jar    *jar
+	signed signedURLs
 	policy atomic.Pointer[policy]
 	roots  atomic.Pointer[roots]
 	conns  connSet
@@ -333,7 +337,12 @@ func (p *Proxy) admit(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		t.name.Store(&name)
 	}
 	if !p.policy.Load().admits(name) {
-		fmt.Fprintf(p.cfg.Out, "inspect refused sni=%q reason=%q\n", hello.ServerName, errNotAdmitted.Error())
+		// Only a host name is printed: the launcher reads this log.
+		sni := name
+		if name != "" && !hostName(name) {
+			sni = fmt.Sprintf("(not a host name, %d bytes)", len(hello.ServerName))
+		}
+		fmt.Fprintf(p.cfg.Out, "inspect refused sni=%q reason=%q\n", sni, errNotAdmitted.Error())
 		return nil, errNotAdmitted
 	}
 	return nil, nil
@@ -352,7 +361,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	host := serverName(r)
 	// The request goes to the name the handshake was admitted for, so
 	// a Host naming another (domain fronting) is refused, not followed.
-	if host == "" || !sameName(r.Host, host) {
+	if host == "" || !sameName(r.Host, host) && !p.cfg.AnyHost {
 		fmt.Fprintf(p.cfg.Out, "inspect refused host=%q sni=%q reason=%q\n", r.Host, host, "host differs from the TLS name")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusMisdirectedRequest)
@@ -367,7 +376,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.cfg.KeepCredentials {
-		removed = strip(r, host, p.jar)
+		removed = strip(r, host, p.jar, p.signed.has(host, r.URL.EscapedPath(), r.URL.RawQuery))
 	}
 	if r.ProtoMajor == 1 {
 		// An upstream may answer before the upload ends; by default the
@@ -417,10 +426,18 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme, pr.Out.URL.Host = "https", host
 }
 
-// remember lets the cookies a host sets come back to it.
+// remember lets the cookies a host sets come back to it: only those it
+// sets in answer to a request that sends nothing (GET or HEAD without a
+// body). A cookie set in answer to a POST is what a login with a password
+// the agent brings would give it: a session in someone else's name.
 func (p *Proxy) remember(resp *http.Response) error {
-	if sc := resp.Header["Set-Cookie"]; len(sc) > 0 {
-		p.jar.remember(resp.Request.Host, sc)
+	p.signed.rememberRedirect(resp)
+	sc := resp.Header["Set-Cookie"]
+	if len(sc) == 0 {
+		return nil
+	}
+	if req := resp.Request; (req.Method == http.MethodGet || req.Method == http.MethodHead) && req.ContentLength == 0 {
+		p.jar.remember(req.Host, sc)
 	}
 	return nil
 }

@@ -254,7 +254,7 @@ func TestStripOffMutationPassesCredentials(t *testing.T) {
 func TestStripUserinfoTrailersAndQueries(t *testing.T) {
 	r := httptest.NewRequest("GET", "https://user:pass@maps.googleapis.com/x?key=K&q=1&Access%5Ftoken=T;x=1&api_key", nil)
 	r.Trailer = http.Header{"Authorization": nil}
-	removed := strip(r, "maps.googleapis.com", newJar())
+	removed := strip(r, "maps.googleapis.com", newJar(), false)
 	if r.URL.User != nil || r.Trailer != nil || r.URL.RawQuery != "q=1" {
 		t.Errorf("left user %v, trailer %v, query %q", r.URL.User, r.Trailer, r.URL.RawQuery)
 	}
@@ -263,7 +263,7 @@ func TestStripUserinfoTrailersAndQueries(t *testing.T) {
 	}
 	// key is an ordinary word elsewhere.
 	r = httptest.NewRequest("GET", "https://allowed.test/x?key=K", nil)
-	if removed := strip(r, "allowed.test", newJar()); removed != nil || r.URL.RawQuery != "key=K" {
+	if removed := strip(r, "allowed.test", newJar(), false); removed != nil || r.URL.RawQuery != "key=K" {
 		t.Errorf("removed %v, query %q", removed, r.URL.RawQuery)
 	}
 }
@@ -626,7 +626,8 @@ func TestQueryUnescapes(t *testing.T) {
 		"a=1&Access_Token=x&b=2": "a=1&b=2",
 		"acc%65ss_token=x&b":     "b",
 		"a=1;token=x&b=2":        "b=2",
-		"tokens=1&token_x=2":     "tokens=1&token_x=2",
+		"tokens=1&token_x=2":     "tokens=1",
+		"max_tokens=5&apiToken=x&page_token=p&access.token=x&sub-key=y&$key=z&author=a": "max_tokens=5&page_token=p&$key=z&author=a",
 	} {
 		if got, _ := stripQuery(raw, false); got != want {
 			t.Errorf("stripQuery(%q) = %q, want %q", raw, got, want)
