@@ -17,20 +17,19 @@ import (
 
 // Credentials never enter the sandbox. For an API whose credential the user
 // gives on the host (in the launcher's environment or stored with
-// `agent-sandbox secret set`), the agent talks plain HTTP to a loopback port
-// in its pod; the forwarder relays that to the router, whose nginx removes
-// whatever credential the agent sent, adds the user's, and proxies to the
-// real host over TLS with its certificate verified. The agent holds a
-// placeholder, so that it starts without asking to log in.
+// `agent-sandbox secret set`), the agent talks HTTPS to the API host by its
+// name; routerd's inspecting proxy ends that TLS, removes whatever
+// credential the agent sent and passes the request to its API gate, and
+// nginx behind the gate adds the user's and proxies to the real host over
+// TLS with its certificate verified. The agent holds a placeholder, so
+// that it starts without asking to log in.
 
 // apiProvider is one API whose credential the router can add.
 type apiProvider struct {
 	id   string // as in AGENT_SANDBOX_API_HOSTS
 	host string // the real API host
-	// port is where the agent reaches the proxy, 127.0.0.1:port in the
-	// pod, and where nginx serves it, on the router's session address. Below
-	// 1024, so that nothing the agent runs (uid 1000, no capabilities) can
-	// take it, and no dev server on 8080 and the like clashes with it.
+	// port is where routerd's API gate listens, on the router's session
+	// address: the inspecting proxy sends the host's requests there.
 	port int
 	// baseURLEnv is the agent's variable for the API's base URL, and
 	// basePath what follows the host in it.
@@ -284,13 +283,16 @@ func (r credRoute) includeFile() string {
 }
 
 // agentCredentialEnv is what the agent gets for the credentials the router
-// adds: each API's base URL pointing at its loopback port, and a
-// placeholder where the credential would be.
+// adds: each API's base URL, the host itself over HTTPS (the router
+// inspects it and sends its requests through the API gate, which adds the
+// key), and a placeholder where the credential would be. The base URL
+// names the host the tests put in place of the real one, and tells Codex
+// and Gemini CLI's recipes that the router holds the key.
 func agentCredentialEnv(creds []credential) map[string]string {
 	env := map[string]string{}
 	for _, c := range creds {
 		p := c.kind.provider
-		env[p.baseURLEnv] = "http://127.0.0.1:" + strconv.Itoa(p.port) + p.basePath
+		env[p.baseURLEnv] = "https://" + c.host + p.basePath
 		env[c.kind.agentVar()] = c.kind.placeholder
 	}
 	return env

@@ -278,7 +278,7 @@ func TestSessionInjectsCredentials(t *testing.T) {
 	}
 	agent := eng.containers[testSession+"-claude"]
 	for k, want := range map[string]string{
-		"ANTHROPIC_BASE_URL":                       "http://127.0.0.1:81",
+		"ANTHROPIC_BASE_URL":                       "https://api.anthropic.com",
 		"ANTHROPIC_AUTH_TOKEN":                     "sk-ant-api03-agent-sandbox-placeholder",
 		"ANTHROPIC_API_KEY":                        "",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -295,8 +295,13 @@ func TestSessionInjectsCredentials(t *testing.T) {
 			t.Errorf("LEAK: the key is in the shared %s", de.Name())
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); !strings.Contains(string(b), "127.0.0.1:81=10.89.7.2:81") {
-		t.Errorf("forwards = %q", b)
+	// The agent reaches the API by its name, inspected: no loopback
+	// port of its own.
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); strings.Contains(string(b), ":81=") {
+		t.Errorf("forwards = %q, want no pair to the gate", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, inspectFile)); !strings.Contains(string(b), `"api.anthropic.com": "10.89.7.2:81"`) {
+		t.Errorf("inspect.json does not send api.anthropic.com to the gate:\n%s", b)
 	}
 	if b, _ := os.ReadFile(filepath.Join(cfg.cred.dir, "anthropic.conf")); string(b) != "proxy_set_header x-api-key \""+key+"\";\n" {
 		t.Errorf("include file = %q", b)

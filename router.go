@@ -588,9 +588,6 @@ func (p routerPlan) sortedPortEntries() []entry {
 func (p routerPlan) forwards(routerIP string) string {
 	tls := "unix:" + tlsSocket + "/tls"
 	pairs := []string{"127.0.0.1:443=" + tls}
-	for _, r := range p.injections {
-		pairs = append(pairs, fmt.Sprintf("127.0.0.1:%d=%s", r.kind.provider.port, credentialGate(routerIP, r)))
-	}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {
 		addr := p.loopback[e.Host]

@@ -261,7 +261,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	if strings.Contains(nginx, "api-anthropic-proxy") || strings.Contains(nginx, "api-gemini-proxy") {
 		t.Errorf("proxies for hosts the allowlist does not name:\n%s", nginx)
 	}
-	if forwards != "127.0.0.1:443=unix:"+tlsSocket+"/tls 127.0.0.1:82=10.89.3.2:82\n" {
+	if forwards != "127.0.0.1:443=unix:"+tlsSocket+"/tls\n" {
 		t.Errorf("forwards = %q", forwards)
 	}
 }

@@ -36,7 +36,7 @@ const gatePy = `import gzip, http.client, os, sys, urllib.parse
 name, method, url, body = sys.argv[1:5]
 enc = sys.argv[5] if len(sys.argv) > 5 else ""
 u = urllib.parse.urlsplit(url)
-c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+c = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(u.hostname, u.port, timeout=30)
 h = {"content-type": "application/json", "anthropic-version": "2023-06-01",
      "x-api-key": os.environ.get("ANTHROPIC_AUTH_TOKEN", ""), "authorization": "Bearer " + os.environ.get("OPENAI_API_KEY", ""),
      "x-goog-api-key": os.environ.get("GEMINI_API_KEY", "")}

@@ -83,7 +83,7 @@ const askTimeout = "timeout 120 "
 var codexAPI = recipeAPI{
 	recipe: "codex", provider: "openai", host: "openai-api.allowed.test", port: 82,
 	env: "OPENAI_API_KEY", prefix: "sk-proj-",
-	baseVar: "OPENAI_BASE_URL", base: "http://127.0.0.1:82/v1", keyVar: "OPENAI_API_KEY", placeholder: "sk-agent-sandbox-placeholder",
+	baseVar: "OPENAI_BASE_URL", base: "https://openai-api.allowed.test/v1", keyVar: "OPENAI_API_KEY", placeholder: "sk-agent-sandbox-placeholder",
 	header: `authorization="Bearer %s"`, others: []string{`x-api-key=""`, `x-goog-api-key=""`},
 	// Outside a git repository; stdin is /dev/null (probeScript).
 	ask: askTimeout + `codex exec --skip-git-repo-check 'Say hello.'`,
@@ -112,7 +112,7 @@ var codexAPI = recipeAPI{
 var geminiAPI = recipeAPI{
 	recipe: "gemini", provider: "gemini", host: "gemini-api.allowed.test", port: 83,
 	env: "GEMINI_API_KEY", prefix: "AIza",
-	baseVar: "GOOGLE_GEMINI_BASE_URL", base: "http://127.0.0.1:83", keyVar: "GEMINI_API_KEY", placeholder: "agent-sandbox-placeholder",
+	baseVar: "GOOGLE_GEMINI_BASE_URL", base: "https://gemini-api.allowed.test", keyVar: "GEMINI_API_KEY", placeholder: "agent-sandbox-placeholder",
 	header: `x-goog-api-key="%s"`, others: []string{`authorization=""`, `x-api-key=""`},
 	// --skip-trust: the launch dir is new to it.
 	ask:    askTimeout + `gemini --skip-trust -p 'Say hello.'`,

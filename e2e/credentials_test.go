@@ -126,7 +126,7 @@ def look(a, b):
 
 def post(url, *headers):
     u = urllib.parse.urlsplit(url)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(u.hostname, u.port, timeout=30)
     h = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
     for kv in headers:
         k, v = kv.split(":", 1)
@@ -138,7 +138,7 @@ def post(url, *headers):
 
 def stream(url):
     u = urllib.parse.urlsplit(url)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(u.hostname, u.port, timeout=30)
     t0 = time.time()
     c.request("POST", u.path.rstrip("/") + "/v1/messages", json.dumps({"model": "claude-fake", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
               {"content-type": "application/json", "x-fake-pause-ms": "2000", "x-api-key": "placeholder"})
@@ -153,7 +153,7 @@ def stream(url):
 
 def send(url, body, *headers):
     u = urllib.parse.urlsplit(url)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c = (http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection)(u.hostname, u.port, timeout=30)
     h = {"content-type": "application/json"}
     for kv in headers:
         k, v = kv.split(":", 1)
@@ -257,7 +257,7 @@ timeout 120 claude -p 'Say hello.'`},
 		if v.env == "ANTHROPIC_API_KEY" {
 			placeholder = "key= auth=" + placeholderKey + " token="
 		}
-		if want := "base=http://127.0.0.1:81 " + placeholder + " nonessential=1"; !strings.Contains(r.Stdout, want) {
+		if want := "base=https://" + credHost + " " + placeholder + " nonessential=1"; !strings.Contains(r.Stdout, want) {
 			t.Errorf("%s: the agent's environment is not %q:\n%s", v.name, want, indent(r.Stdout))
 		}
 		n := wantOnlyHeader(t, mark, v.want...)
@@ -429,7 +429,7 @@ func rowAgentKeyReplaced(t *testing.T, ev *evidence) {
 		t.Error("LEAK: the launcher printed the key")
 	}
 	if !t.Failed() {
-		ev.add("x-api-key and Authorization nonces sent to 127.0.0.1:81 and to the router's :81: never arrived, the fake saw the user's key in all %d requests; SSE first delta %.2fs, last event %.2fs (the fake paused 2s between: unbuffered)", n, first, last)
+		ev.add("x-api-key and Authorization nonces sent to the API host by name (inspected) and to the router's :81: never arrived, the fake saw the user's key in all %d requests; SSE first delta %.2fs, last event %.2fs (the fake paused 2s between: unbuffered)", n, first, last)
 	}
 }
 
