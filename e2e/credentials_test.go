@@ -45,7 +45,7 @@ var credRows = []struct {
 }{
 	{21, "claude -p gets its answer streamed through the router, which adds the user's API key (x-api-key) or OAuth token (Authorization: Bearer); the agent holds placeholders", rowClaudeThroughProxy},
 	{22, "the injected key is nowhere the agent can look: its environment, /proc/*/environ and cmdline, any file it can read, the router's and forwarder's logs, the container specs", rowKeyOutOfReach},
-	{23, "a request the agent sends with its own key arrives with the user's instead, to the loopback port and to the router directly; SSE passes unbuffered", rowAgentKeyReplaced},
+	{23, "a request the agent sends with its own key arrives with the user's instead, to the API host by name and to the router directly; SSE passes unbuffered", rowAgentKeyReplaced},
 	{24, "a request straight to the API host by name, with the agent's own key, is inspected and arrives through the API gate with the user's key instead; without a credential a passthrough host passes it unread", rowDirectTLSClosed},
 	{25, "a key stored with `agent-sandbox secret set` is injected; a stored file mode 0644 refuses the session with chmod 600", rowStoredSecret},
 	{26, "interactive claude in a terminal starts with no login screen and no question about the key, and answers a typed prompt through the router", rowInteractiveClaude},

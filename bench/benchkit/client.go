@@ -32,6 +32,7 @@ func runClient(args []string) error {
 	size := fs.Int64("bytes", 256<<20, "bytes to download and to upload")
 	small := fs.Int("small", 200, "sequential small HTTPS requests, a new connection each")
 	phaseList := fs.String("phases", "download,upload,small", "which measurements to make, comma-separated (to profile one alone)")
+	gatePrefix := fs.String("gate", "", "after the warm-up request create PREFIX.ready and wait for PREFIX.go; after the download and upload create PREFIX.moved (bench/run reads the relays' CPU around them)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +60,11 @@ func runClient(args []string) error {
 	if err := c.get("/small", 3); err != nil {
 		return fmt.Errorf("warm-up request: %w", err)
 	}
+	if *gatePrefix != "" {
+		if err := gate(*gatePrefix, 10*time.Minute); err != nil {
+			return err
+		}
+	}
 	// MiB and seconds throughout: the report divides like by like.
 	mib := float64(*size) / (1 << 20)
 	if phases["download"] {
@@ -74,6 +80,11 @@ func runClient(args []string) error {
 			return fmt.Errorf("upload: %w", err)
 		}
 		fmt.Printf("ul_%s_mibps %.3f\n", *label, mib/d.Seconds())
+	}
+	if *gatePrefix != "" {
+		if err := os.WriteFile(*gatePrefix+".moved", nil, 0o644); err != nil {
+			return err
+		}
 	}
 	if phases["small"] {
 		var steps requestSteps
@@ -97,6 +108,22 @@ func runClient(args []string) error {
 		fmt.Printf("cpu_client_%s_s %.3f\n", *label, seconds(ru.Utime)+seconds(ru.Stime))
 	}
 	return nil
+}
+
+// gate says the client is ready (its warm-up request is done, so the
+// session's data path is up) and waits up to limit until it is told to go.
+func gate(prefix string, limit time.Duration) error {
+	if err := os.WriteFile(prefix+".ready", nil, 0o644); err != nil {
+		return err
+	}
+	for end := time.Now().Add(limit); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(prefix + ".go"); err == nil {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("-gate: no %s.go after %v", prefix, limit)
+		}
+	}
 }
 
 func seconds(t syscall.Timeval) float64 {

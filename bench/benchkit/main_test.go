@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/dnsserve"
 )
@@ -183,10 +184,15 @@ func TestDataRoundsAndSteps(t *testing.T) {
 	s, err := readSamples(strings.NewReader(`
 dl_direct_mibps 400
 dl_sandbox_mibps 300
+dl_inspected_mibps 200
 dl_direct_mibps 500
 dl_sandbox_mibps 450
+dl_inspected_mibps 400
 small_direct_dns_ms 0.3
 small_sandbox_dns_ms 0.8
+small_inspected_dns_ms 0.9
+small_direct_tls_ms 1.0
+small_sandbox_tls_ms 1.2
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -194,13 +200,98 @@ small_sandbox_dns_ms 0.8
 	var out strings.Builder
 	dataRounds(s, &out)
 	smallSteps(s, &out)
-	for _, want := range []string{"| download | 0.75, 0.90 |", "| DNS lookup | 0.30 ms | 0.80 ms | +0.50 ms |"} {
+	for _, want := range []string{
+		"| download, sandbox / direct | 0.75, 0.90 |",
+		"| download, inspected / direct | 0.50, 0.80 |",
+		"| DNS lookup | 0.30 ms | 0.80 ms | 0.90 ms | +0.50 ms | +0.60 ms |",
+		"| TLS handshake | 1.00 ms | 1.20 ms | – | +0.20 ms | – |",
+	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())
 		}
 	}
 	if strings.Contains(out.String(), "upload") {
 		t.Errorf("a measurement without samples is shown:\n%s", out.String())
+	}
+}
+
+func TestDataCPU(t *testing.T) {
+	var out strings.Builder
+	dataCPU(samples{}, &out)
+	if out.Len() != 0 {
+		t.Errorf("dataCPU without samples wrote %q", out.String())
+	}
+	s := samples{
+		"cpu_gib_sandbox_router_s": {1.0, 1.2, 1.1}, "cpu_gib_inspected_router_s": {3.3, 3.1, 3.2},
+		"cpu_gib_inspected_routerd_s": {2.5},
+	}
+	dataCPU(s, &out)
+	for _, want := range []string{
+		"| router container (routerd, nginx, dnsmasq) | 1.10 s/GiB (1.00–1.20, n=3) | 3.20 s/GiB (3.10–3.30, n=3) | 2.91 |",
+		"| … routerd (with inspection: the TLS ends and the proxy) | – | 2.50 s/GiB (2.50–2.50, n=1) |  |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "forwarder") {
+		t.Errorf("a process without samples is shown:\n%s", out.String())
+	}
+}
+
+func TestInspectedTargets(t *testing.T) {
+	s, err := readSamples(strings.NewReader(`
+dl_direct_mibps 1000
+dl_inspected_mibps 650
+ul_direct_mibps 1000
+ul_inspected_mibps 550
+small_direct_s 0.3
+small_inspected_s 0.5
+cpu_gib_inspected_router_s 3.456
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	table(s, []string{"Data path"}, &out)
+	for _, want := range []string{
+		"| 0.65 | ≥ 0.6 × direct | yes |",
+		"| 0.55 | ≥ 0.6 × direct | **no** |",
+		"| 1.67 | ≤ 2 × direct | yes |",
+		"| 3.46 s/GiB (3.46–3.46, n=1) |  |  |  | no target |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestGate(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "data.1.inspected")
+	done := make(chan error, 1)
+	go func() { done <- gate(prefix, 5*time.Second) }()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(prefix + ".ready"); err == nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("no .ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("gate returned before .go: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := os.WriteFile(prefix+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := gate(prefix+"x", 30*time.Millisecond); err == nil {
+		t.Error("gate without .go returned no error")
 	}
 }
 

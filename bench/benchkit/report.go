@@ -152,6 +152,13 @@ var figures = []figure{
 	{group: "Data path", name: "download {MiB} MiB over TLS, sandbox", key: "dl_sandbox_mibps", base: "dl_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.85, target: "≥ 0.85 × direct"},
 	{group: "Data path", name: "upload {MiB} MiB over TLS, sandbox", key: "ul_sandbox_mibps", base: "ul_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.85, target: "≥ 0.85 × direct"},
 	{group: "Data path", name: "{N} sequential HTTPS requests, new connection each, sandbox", key: "small_sandbox_s", base: "small_direct_s", baseName: "direct", unit: "s", scale: 1, limit: 1.5, atMost: true, target: "≤ 1.5 × direct"},
+	{group: "Data path", name: "download {MiB} MiB over TLS, inspected (routerd ends the TLS)", key: "dl_inspected_mibps", base: "dl_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.6, target: "≥ 0.6 × direct"},
+	{group: "Data path", name: "upload {MiB} MiB over TLS, inspected", key: "ul_inspected_mibps", base: "ul_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, limit: 0.6, target: "≥ 0.6 × direct"},
+	{group: "Data path", name: "{N} sequential HTTPS requests, new connection each, inspected", key: "small_inspected_s", base: "small_direct_s", baseName: "direct", unit: "s", scale: 1, limit: 2, atMost: true, target: "≤ 2 × direct"},
+	{group: "Data path", name: "CPU per GiB moved (download + upload), router container (routerd, nginx, dnsmasq), inspected", key: "cpu_gib_inspected_router_s", unit: "s/GiB", scale: 1, notes: "no target"},
+	{group: "Data path", name: "CPU per GiB moved (download + upload), forwarder, inspected", key: "cpu_gib_inspected_forwarder_s", unit: "s/GiB", scale: 1, notes: "no target"},
+	{group: "Data path", name: "CPU per GiB moved (download + upload), router container, sandbox (passthrough)", key: "cpu_gib_sandbox_router_s", unit: "s/GiB", scale: 1, notes: "no target"},
+	{group: "Data path", name: "CPU per GiB moved (download + upload), forwarder, sandbox (passthrough)", key: "cpu_gib_sandbox_forwarder_s", unit: "s/GiB", scale: 1, notes: "no target"},
 	{group: "Footprint", name: "router + forwarder containers, RSS", key: "rss_helpers_kib", unit: "MiB", scale: 1.0 / 1024, limit: 24, atMost: true, absolute: true, target: "≤ 24 MiB"},
 	{group: "Footprint", name: "launcher + its API service, RSS", key: "rss_launcher_service_kib", unit: "MiB", scale: 1.0 / 1024, notes: "no target"},
 	{group: "Scale", name: "{S} sessions at once, wall time for all", key: "t_eight", base: "t_one", baseName: "one session", unit: "s", scale: 1, limit: 3, atMost: true, target: "≤ 3 × one session"},
@@ -164,7 +171,7 @@ var figures = []figure{
 func (st stat) format(unit string, scale float64) string {
 	prec := 3
 	switch unit {
-	case "ms":
+	case "ms", "s/GiB":
 		prec = 2
 	case "s":
 	default:
@@ -243,6 +250,7 @@ func relayCPU(s samples, w io.Writer) {
 		{"cpu_client_profile", "client in the sandbox (TLS end)"},
 		{"cpu_machine", "whole machine, every process (all users)"},
 		{"cpu_client_sandbox", "client in the sandbox, data-path rounds"},
+		{"cpu_client_inspected", "client in the sandbox, inspected, data-path rounds"},
 		{"cpu_client_direct", "client on the egress network, data-path rounds"},
 	}
 	var out []string
@@ -266,30 +274,35 @@ func relayCPU(s samples, w io.Writer) {
 		"| process | CPU (user + system) | of which system |", "|---|---:|---:|", out)
 }
 
-// dataRounds shows each data-path round's own ratio: direct and sandbox
-// ran back to back, so a round's ratio saw one machine load, while the
-// table's ratio of medians may pair different moments.
+// dataSides are the data path's sides measured against direct.
+var dataSides = []struct{ key, name string }{{"sandbox", "sandbox"}, {"inspected", "inspected"}}
+
+// dataRounds shows each data-path round's own ratios: the sides ran back
+// to back, so a round's ratio saw one machine load, while the table's ratio
+// of medians may pair different moments.
 func dataRounds(s samples, w io.Writer) {
 	rows := []struct{ key, name string }{
 		{"dl", "download"}, {"ul", "upload"}, {"small", "small requests (time)"},
 	}
 	var out []string
-	for _, r := range rows {
-		unit := "_mibps"
-		if r.key == "small" {
-			unit = "_s"
+	for _, side := range dataSides {
+		for _, r := range rows {
+			unit := "_mibps"
+			if r.key == "small" {
+				unit = "_s"
+			}
+			sb, db := s[r.key+"_"+side.key+unit], s[r.key+"_direct"+unit]
+			if len(sb) == 0 || len(sb) != len(db) {
+				continue
+			}
+			ratios := make([]string, len(sb))
+			for i := range sb {
+				ratios[i] = strconv.FormatFloat(sb[i]/db[i], 'f', 2, 64)
+			}
+			out = append(out, fmt.Sprintf("| %s, %s / direct | %s |", r.name, side.name, strings.Join(ratios, ", ")))
 		}
-		sb, db := s[r.key+"_sandbox"+unit], s[r.key+"_direct"+unit]
-		if len(sb) == 0 || len(sb) != len(db) {
-			continue
-		}
-		ratios := make([]string, len(sb))
-		for i := range sb {
-			ratios[i] = strconv.FormatFloat(sb[i]/db[i], 'f', 2, 64)
-		}
-		out = append(out, fmt.Sprintf("| %s | %s |", r.name, strings.Join(ratios, ", ")))
 	}
-	writeTable(w, "Each data-path round's own ratio, sandbox / direct, in the order run:",
+	writeTable(w, "Each data-path round's own ratio to direct, in the order run:",
 		"| measurement | ratio per round |", "|---|---|", out)
 }
 
@@ -300,17 +313,65 @@ func smallSteps(s samples, w io.Writer) {
 		{"dns", "DNS lookup"}, {"connect", "TCP connect"}, {"tls", "TLS handshake"},
 		{"ttfb", "request written to first response byte"}, {"total", "whole request, close included"},
 	}
+	cell := func(ok bool, format string, v float64) string {
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf(format, v)
+	}
 	var out []string
 	for _, st := range steps {
 		d, dok := s.stat("small_direct_" + st.key + "_ms")
 		b, bok := s.stat("small_sandbox_" + st.key + "_ms")
-		if !dok || !bok {
+		n, nok := s.stat("small_inspected_" + st.key + "_ms")
+		if !dok || !bok && !nok {
 			continue
 		}
-		out = append(out, fmt.Sprintf("| %s | %.2f ms | %.2f ms | %+.2f ms |", st.name, d.median, b.median, b.median-d.median))
+		out = append(out, fmt.Sprintf("| %s | %.2f ms | %s | %s | %s | %s |", st.name, d.median,
+			cell(bok, "%.2f ms", b.median), cell(nok, "%.2f ms", n.median),
+			cell(bok, "%+.2f ms", b.median-d.median), cell(nok, "%+.2f ms", n.median-d.median)))
 	}
 	writeTable(w, "Where a small request's time goes (the client's median per request, median over the rounds):",
-		"| step | direct | sandbox | sandbox − direct |", "|---|---:|---:|---:|", out)
+		"| step | direct | sandbox | inspected | sandbox − direct | inspected − direct |", "|---|---:|---:|---:|---:|---:|", out)
+}
+
+// dataCPU shows what moving the data cost the relays in the data-path
+// rounds, per GiB: their CPU read from /proc while the client in the
+// session downloaded and uploaded (not during its small requests), divided
+// by the GiB moved both ways.
+func dataCPU(s samples, w io.Writer) {
+	parts := []struct{ key, name string }{
+		{"router", "router container (routerd, nginx, dnsmasq)"},
+		{"routerd", "… routerd (with inspection: the TLS ends and the proxy)"},
+		{"nginx", "… nginx (SNI relay)"},
+		{"forwarder", "forwarder (in the pod)"},
+	}
+	cell := func(key string) string {
+		st, ok := s.stat(key)
+		if !ok {
+			return "–"
+		}
+		return st.format("s/GiB", 1)
+	}
+	var out []string
+	for _, p := range parts {
+		sb, ib := "cpu_gib_sandbox_"+p.key+"_s", "cpu_gib_inspected_"+p.key+"_s"
+		if _, ok := s.stat(sb); !ok {
+			if _, ok := s.stat(ib); !ok {
+				continue
+			}
+		}
+		ratio := ""
+		if a, ok := s.stat(sb); ok && a.median > 0 {
+			if b, ok := s.stat(ib); ok {
+				ratio = strconv.FormatFloat(b.median/a.median, 'f', 2, 64)
+			}
+		}
+		out = append(out, fmt.Sprintf("| %s | %s | %s | %s |", p.name, cell(sb), cell(ib), ratio))
+	}
+	writeTable(w, fmt.Sprintf("CPU (user + system) per GiB moved in the data-path rounds (%s MiB down and %s MiB up each, read from /proc around the transfers):",
+		s.param("data_mib", "256"), s.param("data_mib", "256")),
+		"| process | sandbox (passthrough) | inspected | inspected / sandbox |", "|---|---|---|---:|", out)
 }
 
 // cpu shows what each timed command cost in CPU: on a shared two-core
@@ -688,6 +749,7 @@ func runReport(args []string) error {
 	sessionCPU(s, w)
 	dataRounds(s, w)
 	smallSteps(s, w)
+	dataCPU(s, w)
 	relayCPU(s, w)
 	streamDetails(s, w)
 	footprint(s, w)
