@@ -599,8 +599,10 @@ var inspectedRequest = regexp.MustCompile(`^inspect host=(\S+) method=\S+ path="
 // removedSummary says, at the end of a session, on which hosts the router
 // removed credentials the agent sent of its own, in how many requests and
 // which: the agent acted there anonymously (or as the user) instead.
-// Empty when it removed none.
-func removedSummary(routerLog string) string {
+// Empty when it removed none. The hosts the router adds the user's
+// credential for are left out: the agent's placeholder is replaced there
+// on every request, and credentialSummary says so.
+func removedSummary(routerLog string, creds []credential) string {
 	type removal struct {
 		requests int
 		what     map[string]bool
@@ -608,7 +610,7 @@ func removedSummary(routerLog string) string {
 	byHost := map[string]*removal{}
 	for _, line := range strings.Split(routerLog, "\n") {
 		m := inspectedRequest.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) {
+		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) || slices.ContainsFunc(creds, func(c credential) bool { return c.host == m[1] }) {
 			continue
 		}
 		r := byHost[m[1]]

@@ -431,3 +431,23 @@ func TestUnreadHosts(t *testing.T) {
 		t.Errorf("nothing unread: %q", got)
 	}
 }
+
+func TestRemovedSummary(t *testing.T) {
+	log := strings.Join([]string{
+		`inspect host=github.com method=POST path="/o/r.git/git-receive-pack" proto=HTTP/2.0 status=200 removed="authorization"`,
+		`inspect host=github.com method=GET path="/x" proto=HTTP/1.1 status=200 removed="cookie,query:access_token"`,
+		`inspect host=github.com method=GET path="/y" proto=HTTP/1.1 status=200 removed="-"`,
+		`inspect host=api.anthropic.com method=POST path="/v1/messages" proto=HTTP/1.1 status=200 removed="x-api-key"`,
+		`inspect host=evil\x1b[2J method=GET path="/" proto=HTTP/1.1 status=200 removed="authorization"`,
+		`inspect refused sni="a credentials host=x" reason="not in the allowlist"`,
+	}, "\n")
+	creds := []credential{{kind: credKindBySecret("anthropic"), host: "api.anthropic.com"}}
+	want := "agent-sandbox: the agent sent credentials of its own, which the router removed (it acts on allowed hosts anonymously or as you):\n" +
+		"agent-sandbox:   github.com  2 requests (authorization, cookie, query:access_token): removed\n"
+	if got := removedSummary(log, creds); got != want {
+		t.Errorf("removedSummary =\n%s\nwant\n%s", got, want)
+	}
+	if got := removedSummary(`inspect host=a.example method=GET path="/" proto=HTTP/1.1 status=200 removed="-"`, nil); got != "" {
+		t.Errorf("nothing removed: %q", got)
+	}
+}

@@ -514,7 +514,7 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
 	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
-	fmt.Fprint(s.out, removedSummary(routerLog))
+	fmt.Fprint(s.out, removedSummary(routerLog, s.cfg.cred.creds))
 	if len(s.cfg.cred.creds) > 0 {
 		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
 	}

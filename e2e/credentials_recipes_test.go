@@ -189,7 +189,7 @@ func recipeCredRow(t *testing.T, ev *evidence, a recipeAPI) {
 	for _, k := range []string{own, direct} {
 		wantNeverArrived(t, k, "a key of the agent's own")
 	}
-	files := h.wantKeyOutOfReach(t, "look", key, a.host, a.port)
+	files := h.wantKeyOutOfReach(t, "look", key, a.host)
 	if p := h.res["look-own"]; !strings.Contains(p.Out, "env=1") || strings.Contains(p.Out, "proc=0") || !strings.Contains(p.Out, "/home/claude/own-key") {
 		t.Errorf("opened path: the look did not find the agent's own key in its environment, /proc and ~/own-key: %s", p)
 	}
@@ -231,7 +231,7 @@ func blockedHosts(stderr string) []string {
 
 // basePath is what follows the port in the agent's base URL.
 func (a recipeAPI) basePath() string {
-	_, path, _ := strings.Cut(strings.TrimPrefix(a.base, "http://"), "/")
+	_, path, _ := strings.Cut(strings.TrimPrefix(a.base, "https://"), "/")
 	if path == "" {
 		return ""
 	}
