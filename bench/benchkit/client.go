@@ -32,7 +32,7 @@ func runClient(args []string) error {
 	size := fs.Int64("bytes", 256<<20, "bytes to download and to upload")
 	small := fs.Int("small", 200, "sequential small HTTPS requests, a new connection each")
 	phaseList := fs.String("phases", "download,upload,small", "which measurements to make, comma-separated (to profile one alone)")
-	gatePrefix := fs.String("gate", "", "after the warm-up request create PREFIX.ready and wait for PREFIX.go; after the download and upload create PREFIX.moved (bench/run reads the relays' CPU around them)")
+	gatePrefix := fs.String("gate", "", "after the warm-up request create PREFIX.ready and wait for PREFIX.go; after the download and upload create PREFIX.moved and wait for PREFIX.more (bench/run reads the relays' CPU around them)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func runClient(args []string) error {
 		return fmt.Errorf("warm-up request: %w", err)
 	}
 	if *gatePrefix != "" {
-		if err := gate(*gatePrefix, 10*time.Minute); err != nil {
+		if err := gate(*gatePrefix+".ready", *gatePrefix+".go", 10*time.Minute); err != nil {
 			return err
 		}
 	}
@@ -82,7 +82,7 @@ func runClient(args []string) error {
 		fmt.Printf("ul_%s_mibps %.3f\n", *label, mib/d.Seconds())
 	}
 	if *gatePrefix != "" {
-		if err := os.WriteFile(*gatePrefix+".moved", nil, 0o644); err != nil {
+		if err := gate(*gatePrefix+".moved", *gatePrefix+".more", 10*time.Minute); err != nil {
 			return err
 		}
 	}
@@ -110,18 +110,19 @@ func runClient(args []string) error {
 	return nil
 }
 
-// gate says the client is ready (its warm-up request is done, so the
-// session's data path is up) and waits up to limit until it is told to go.
-func gate(prefix string, limit time.Duration) error {
-	if err := os.WriteFile(prefix+".ready", nil, 0o644); err != nil {
+// gate creates said, to say where the client is (after its warm-up
+// request the session's data path is up; after the download and upload the
+// data is moved), and waits up to limit until await exists.
+func gate(said, await string, limit time.Duration) error {
+	if err := os.WriteFile(said, nil, 0o644); err != nil {
 		return err
 	}
 	for end := time.Now().Add(limit); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(prefix + ".go"); err == nil {
+		if _, err := os.Stat(await); err == nil {
 			return nil
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("-gate: no %s.go after %v", prefix, limit)
+			return fmt.Errorf("-gate: no %s after %v", await, limit)
 		}
 	}
 }

@@ -267,42 +267,31 @@ cpu_gib_inspected_router_s 3.456
 }
 
 func TestGate(t *testing.T) {
-	prefix := filepath.Join(t.TempDir(), "data.1.inspected")
+	dir := t.TempDir()
+	said, await := filepath.Join(dir, "data.1.inspected.ready"), filepath.Join(dir, "data.1.inspected.go")
 	done := make(chan error, 1)
-	go func() { done <- gate(prefix, 5*time.Second) }()
+	go func() { done <- gate(said, await, 5*time.Second) }()
 	for i := 0; ; i++ {
-		if _, err := os.Stat(prefix + ".ready"); err == nil {
+		if _, err := os.Stat(said); err == nil {
 			break
 		}
 		if i > 500 {
-			t.Fatal("no .ready")
+			t.Fatal("gate never said it was ready")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("gate returned before .go: %v", err)
+		t.Fatalf("gate returned before it was told to go: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	if err := os.WriteFile(prefix+".go", nil, 0o644); err != nil {
+	if err := os.WriteFile(await, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := gate(prefix+"x", 30*time.Millisecond); err == nil {
-		t.Error("gate without .go returned no error")
-	}
-}
-
-func TestFootprintOnlyWhenMeasured(t *testing.T) {
-	var out strings.Builder
-	footprint(samples{}, &out)
-	if out.Len() != 0 {
-		t.Errorf("footprint without samples wrote %q", out.String())
-	}
-	footprint(samples{"rss_helpers_kib": {10240}}, &out)
-	if !strings.Contains(out.String(), "### Footprint by process") || !strings.Contains(out.String(), "| router + forwarder | 10.0 MiB (10.0–10.0, n=1) | not read |") {
-		t.Errorf("footprint with samples:\n%s", out.String())
+	if err := gate(said+"x", await+"x", 30*time.Millisecond); err == nil {
+		t.Error("gate never told to go returned no error")
 	}
 }
