@@ -223,12 +223,13 @@ func TestDataCPU(t *testing.T) {
 	}
 	s := samples{
 		"cpu_gib_sandbox_router_s": {1.0, 1.2, 1.1}, "cpu_gib_inspected_router_s": {3.3, 3.1, 3.2},
-		"cpu_gib_inspected_routerd_s": {2.5},
+		"cpu_gib_inspected_routerd_s": {2.5}, "cpu_gib_sandbox_nginx_s": {0.02}, "cpu_gib_inspected_nginx_s": {0.7},
 	}
 	dataCPU(s, &out)
 	for _, want := range []string{
 		"| router container (routerd, nginx, dnsmasq) | 1.10 s/GiB (1.00–1.20, n=3) | 3.20 s/GiB (3.10–3.30, n=3) | 2.91 |",
 		"| … routerd (with inspection: the TLS ends and the proxy) | – | 2.50 s/GiB (2.50–2.50, n=1) |  |",
+		"| … nginx (SNI relay) | 0.02 s/GiB (0.02–0.02, n=1) | 0.70 s/GiB (0.70–0.70, n=1) |  |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, out.String())

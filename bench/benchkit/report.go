@@ -361,8 +361,9 @@ func dataCPU(s samples, w io.Writer) {
 				continue
 			}
 		}
+		// No ratio to a few clock ticks: routerd passes no data unread.
 		ratio := ""
-		if a, ok := s.stat(sb); ok && a.median > 0 {
+		if a, ok := s.stat(sb); ok && a.median >= 0.1 {
 			if b, ok := s.stat(ib); ok {
 				ratio = strconv.FormatFloat(b.median/a.median, 'f', 2, 64)
 			}
