@@ -300,6 +300,13 @@ func reportLines(stderr string) []string {
 			out = append(out, rest)
 		}
 	}
+	// The report starts at its header; lines the start printed (hosts
+	// passed unread, warnings) come before it.
+	for i, l := range out {
+		if strings.HasPrefix(l, "the agent left files") {
+			return out[i:]
+		}
+	}
 	return out
 }
 
