@@ -183,9 +183,6 @@ func (s *session) makeDirs(runtimeDir string) error {
 	if err != nil {
 		return refused(err)
 	}
-	if l := unreadHosts(cred, s.cfg.entries); l != "" {
-		say(s.out, "%s", l)
-	}
 	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
 		say(s.out, "%s", w)
 	}
@@ -425,6 +422,10 @@ func (s *session) run(ctx context.Context) error {
 			watchAllowlist(watchCtx, s.cfg.allowlist, s.cfg.entries, s.files.apply, midSessionWarner(s.out))
 		}()
 		defer func() { stopWatch(); <-watched }()
+	}
+	// Said once the session runs: a refusal stays one line.
+	if l := unreadHosts(s.cfg.cred, s.cfg.entries); l != "" {
+		say(s.out, "%s", l)
 	}
 	s.agentStarted = true
 	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty)
