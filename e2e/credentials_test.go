@@ -398,12 +398,14 @@ func rowKeyOutOfReach(t *testing.T, ev *evidence) {
 
 func rowAgentKeyReplaced(t *testing.T, ev *evidence) {
 	key := "sk-ant-api03-" + newNonce(t)
-	att1, att2, att3 := newNonce(t), newNonce(t), newNonce(t)
+	att1, att2, att3, att4 := newNonce(t), newNonce(t), newNonce(t), newNonce(t)
 	router := `http://$(awk '/^nameserver/{print $2; exit}' /etc/resolv.conf):81`
 	mark := markFakeLog()
 	res, r := probeSession(t, sessionOpts{Dir: credDir(t), Allowlist: credAllowlist, Env: credEnv(map[string]string{"ANTHROPIC_API_KEY": key})},
 		probe{"loopback", `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "x-api-key: sk-ant-api03-` + att1 + `" "authorization: Bearer ` + att2 + `"`},
-		probe{"router", `python3 -S ./cred.py post "` + router + `" "x-api-key: sk-ant-api03-` + att3 + `"`},
+		// Straight to the gate, past the inspecting proxy: nginx alone
+		// takes the agent's credential headers out there.
+		probe{"router", `python3 -S ./cred.py post "` + router + `" "x-api-key: sk-ant-api03-` + att3 + `" "authorization: Bearer ` + att4 + `"`},
 		probe{"stream", `python3 -S ./cred.py stream "$ANTHROPIC_BASE_URL"`},
 	)
 	wantOK(t, res, "loopback", "status=200", "Hello from the fake Messages API.")
@@ -413,7 +415,7 @@ func rowAgentKeyReplaced(t *testing.T, ev *evidence) {
 	if n < 3 {
 		t.Errorf("%d requests reached the fake, want 3", n)
 	}
-	for _, a := range []string{att1, att2, att3} {
+	for _, a := range []string{att1, att2, att3, att4} {
 		wantNeverArrived(t, a, "the agent's own key")
 	}
 	var first, last float64
