@@ -17,11 +17,7 @@ import (
 // URL, credential minting), trims a web fetch tool to the allowlist, and
 // fails closed on a body it cannot read.
 
-var gateRows = []struct {
-	n     int
-	title string
-	fn    func(*testing.T, *evidence)
-}{
+var gateRows = []secRow{
 	{38, "the API gate: MCP connectors, url_context, endpoints off the list, credential minting, $key queries, gzip and malformed bodies and a batch carrying mcp_servers are refused with the rule and never arrive; web_fetch arrives trimmed; with a rule allowed by name the same request arrives", rowAPIGate},
 }
 

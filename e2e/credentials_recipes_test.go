@@ -22,15 +22,7 @@ import (
 // the images themselves point the CLIs at the router (recipes/codex/codex
 // and recipes/gemini/gemini, the scripts in front of them).
 func TestCredentialsRecipes(t *testing.T) {
-	registerSecTable()
-	for _, r := range recipeCredRows {
-		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
-			ev := &evidence{}
-			start := time.Now()
-			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
-			recipeCredRow(t, ev, r.api)
-		})
-	}
+	runSecRows(t, recipeCredRows...)
 }
 
 // recipeAPI is what a recipe's row needs to know of its agent and API.
@@ -68,13 +60,9 @@ type recipeAPI struct {
 	extra func(t *testing.T) ([]probe, func(res map[string]probeResult) string)
 }
 
-var recipeCredRows = []struct {
-	n     int
-	title string
-	api   recipeAPI
-}{
-	{29, "codex exec in the Codex recipe image gets its answer from the OpenAI API through the router, which adds the user's key (Authorization: Bearer); the key is nowhere the agent can look; a key of the agent's own is replaced", codexAPI},
-	{30, "gemini -p in the Gemini recipe image gets its answer streamed from the Gemini API through the router, which adds the user's key (x-goog-api-key); the key is nowhere the agent can look; a key of the agent's own is replaced, one in the query refused", geminiAPI},
+var recipeCredRows = []secRow{
+	{29, "codex exec in the Codex recipe image gets its answer from the OpenAI API through the router, which adds the user's key (Authorization: Bearer); the key is nowhere the agent can look; a key of the agent's own is replaced", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, codexAPI) }},
+	{30, "gemini -p in the Gemini recipe image gets its answer streamed from the Gemini API through the router, which adds the user's key (x-goog-api-key); the key is nowhere the agent can look; a key of the agent's own is replaced, one in the query refused", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, geminiAPI) }},
 }
 
 // askTimeout bounds one question to a CLI inside the session.

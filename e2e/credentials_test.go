@@ -27,22 +27,10 @@ import (
 // be, it is looked for, and beside it an opened path shows the look finds
 // it.
 func TestCredentials(t *testing.T) {
-	registerSecTable()
-	for _, r := range append(credRows, gateRows...) {
-		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
-			ev := &evidence{}
-			start := time.Now()
-			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
-			r.fn(t, ev)
-		})
-	}
+	runSecRows(t, append(credRows, gateRows...)...)
 }
 
-var credRows = []struct {
-	n     int
-	title string
-	fn    func(*testing.T, *evidence)
-}{
+var credRows = []secRow{
 	{21, "claude -p gets its answer streamed through the router, which adds the user's API key (x-api-key) or OAuth token (Authorization: Bearer); the agent holds placeholders", rowClaudeThroughProxy},
 	{22, "the injected key is nowhere the agent can look: its environment, /proc/*/environ and cmdline, any file it can read, the router's and forwarder's logs, the container specs", rowKeyOutOfReach},
 	{23, "a request the agent sends with its own key arrives with the user's instead, to the API host by name and to the router directly; SSE passes unbuffered", rowAgentKeyReplaced},

@@ -22,22 +22,10 @@ import (
 // fired, and beside it the same attack over an opened path, where the
 // canary does fire.
 func TestFileBoundary(t *testing.T) {
-	registerSecTable()
-	for _, r := range append(fileRows, treeRows...) {
-		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
-			ev := &evidence{}
-			start := time.Now()
-			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
-			r.fn(t, ev)
-		})
-	}
+	runSecRows(t, append(fileRows, treeRows...)...)
 }
 
-var fileRows = []struct {
-	n     int
-	title string
-	fn    func(*testing.T, *evidence)
-}{
+var fileRows = []secRow{
 	{15, "launch dirs where sockets live (/, /tmp, /var/tmp, /run, /dev/shm, $TMPDIR, $XDG_RUNTIME_DIR) are refused before anything is created", rowSocketDirs},
 	{16, "a launch dir holding a unix socket is refused; no session reaches a host socket", rowSocketInProject},
 	{17, "a running agent that swaps its launch dir's parts for symlinks never gets a session started under it to mount them", rowMountRace},

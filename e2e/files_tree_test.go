@@ -18,11 +18,7 @@ import (
 // tree, the defence's own error, a canary only the host can trip that never
 // fires, and the same attempt over an opened path, where it does.
 
-var treeRows = []struct {
-	n     int
-	title string
-	fn    func(*testing.T, *evidence)
-}{
+var treeRows = []secRow{
 	{31, "a link where the scan looks (modules/, worktrees/, hooks/) to $HOME, to / or up the tree refuses the next session; nothing is mounted through it, and the exit walk follows none", rowLinksInTree},
 	{32, "git's indirection files: existing commondir, gitdir and config.worktree are read-only; a new commondir or config.worktree is moved aside at exit and the host's git status and commit run nothing", rowGitIndirection},
 	{33, "hooks that core.hooksPath sends to the work tree (.githooks, husky's .husky/_) are read-only; the host's commit runs nothing of the agent's", rowHooksPath},

@@ -21,22 +21,10 @@ import (
 // agent's tokens arrive).
 
 func TestInspect(t *testing.T) {
-	registerSecTable()
-	for _, r := range inspectRows {
-		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
-			ev := &evidence{}
-			start := time.Now()
-			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
-			r.fn(t, ev)
-		})
-	}
+	runSecRows(t, inspectRows...)
 }
 
-var inspectRows = []struct {
-	n     int
-	title string
-	fn    func(*testing.T, *evidence)
-}{
+var inspectRows = []secRow{
 	{39, "an attacker's token in Authorization, in the URL, in a cookie, in each token header and in the query, sent by git push, PUT and POST, arrives without it (or is refused) on an inspected host; a cookie the host set is kept; with the host passthrough the same requests arrive with it", rowForeignCredentialsRemoved},
 	{40, "anonymous git clone and downloads by curl, python, node and npm work over the inspected path with no flag (the agent trusts the session CA)", rowInspectedDownloads},
 	{41, "the session CA's key is in no file the agent can read; no leaf for a name outside the allowlist; a Host header other than the TLS name is refused (421) and never arrives", rowCAKeyOutOfReach},

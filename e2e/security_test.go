@@ -879,6 +879,26 @@ var secTable struct {
 	once   sync.Once
 }
 
+// secRow is one row of the evidence table that runs sessions of its own.
+type secRow struct {
+	n     int
+	title string
+	fn    func(*testing.T, *evidence)
+}
+
+// runSecRows runs rows as subtests, each recorded in the table.
+func runSecRows(t *testing.T, rows ...secRow) {
+	registerSecTable()
+	for _, r := range rows {
+		row(t, fmt.Sprintf("%02d %s", r.n, r.title), func(t *testing.T) {
+			ev := &evidence{}
+			start := time.Now()
+			t.Cleanup(func() { recordSecRow(r.n, r.title, t, ev, time.Since(start)) })
+			r.fn(t, ev)
+		})
+	}
+}
+
 func registerSecTable() {
 	secTable.once.Do(func() {
 		atTeardown = append(atTeardown, printSecTable)
