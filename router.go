@@ -364,15 +364,10 @@ func (p routerPlan) inspectConf(routerIP string) string {
 		TrustedCA string            `json:"trusted_ca"`
 		Resolver  string            `json:"resolver"`
 		Gates     map[string]string `json:"gates,omitempty"`
-	}{Hosts: []string{}, Wildcards: []string{}, TrustedCA: p.trustedCA, Resolver: upstreamResolver}
-	for _, e := range p.entries {
-		switch {
-		case e.Port != tlsPort || e.Passthrough && !p.injected(e.Host):
-		case e.Wildcard:
-			doc.Wildcards = append(doc.Wildcards, e.Host)
-		default:
-			doc.Hosts = append(doc.Hosts, e.Host)
-		}
+	}{TrustedCA: p.trustedCA, Resolver: upstreamResolver}
+	doc.Hosts, doc.Wildcards = p.tlsNames(func(e entry) bool { return !e.Passthrough || p.injected(e.Host) })
+	if doc.Wildcards == nil {
+		doc.Wildcards = []string{}
 	}
 	for _, r := range p.injections {
 		if doc.Gates == nil {
@@ -387,6 +382,22 @@ func (p routerPlan) inspectConf(routerIP string) string {
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return string(b) + "\n"
+}
+
+// tlsNames are the names of the TLS entries that keep takes: the exact
+// hosts, and the suffixes of the wildcards (never nil hosts, for JSON).
+func (p routerPlan) tlsNames(keep func(entry) bool) (hosts, wildcards []string) {
+	hosts = []string{}
+	for _, e := range p.entries {
+		switch {
+		case e.Port != tlsPort || !keep(e):
+		case e.Wildcard:
+			wildcards = append(wildcards, e.Host)
+		default:
+			hosts = append(hosts, e.Host)
+		}
+	}
+	return hosts, wildcards
 }
 
 func (p routerPlan) injected(host string) bool {
@@ -431,17 +442,7 @@ func (p routerPlan) apiPolicy(routerIP string) string {
 	for _, r := range p.injections {
 		doc.Routes = append(doc.Routes, route{r.kind.provider.id, r.host, credentialGate(routerIP, r), credentialListen(r)})
 	}
-	seen := map[string]bool{}
-	for _, e := range p.entries {
-		switch {
-		case e.Port != 443 || seen[e.Host+fmt.Sprint(e.Wildcard)]:
-		case e.Wildcard:
-			doc.Wildcards = append(doc.Wildcards, e.Host)
-		default:
-			doc.Hosts = append(doc.Hosts, e.Host)
-		}
-		seen[e.Host+fmt.Sprint(e.Wildcard)] = true
-	}
+	doc.Hosts, doc.Wildcards = p.tlsNames(func(entry) bool { return true })
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return string(b) + "\n"
 }
