@@ -52,12 +52,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		allow = "0.0.0.0/0"
 	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
-		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir,
-		// routerd keeps to one P for its small work unless told; its
-		// inspecting proxy decrypts and encrypts every byte, and with two
-		// the inspected upload went from 0.35 to 0.57 of direct
-		// (BENCHMARKS.md).
-		"GOMAXPROCS": "2"}
+		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir}
 	return r
 }
 

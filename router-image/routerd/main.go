@@ -70,8 +70,15 @@ func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		// A second P only adds threads that wake each other for work
 		// this small, and on the two-vCPU guests this runs on each
-		// wake-up is a costly context switch.
-		runtime.GOMAXPROCS(1)
+		// wake-up is a costly context switch. The inspecting proxy's is
+		// not small: it decrypts and encrypts every byte, and with two
+		// the inspected upload went from 0.35 to 0.57 of direct
+		// (BENCHMARKS.md).
+		procs := 1
+		if os.Getenv("INSPECT_SOCKET") != "" {
+			procs = 2
+		}
+		runtime.GOMAXPROCS(procs)
 	}
 	cfg, err := configFromEnv(os.Getenv, defaultResolvConf, defaultConfigDir)
 	if err == nil {
