@@ -601,3 +601,33 @@ func TestAConfigSectionNameIsQuotedInTheReport(t *testing.T) {
 		t.Errorf("a section name reached the report unquoted:\n%q", text)
 	}
 }
+
+// The session's GitHub writes are scoped to the remotes of the repositories
+// the scan finds: those of each repository's own config, never of a file
+// it includes (which the agent could have made in an earlier session).
+func TestScanReadsTheRemotesOfEachRepositorysOwnConfig(t *testing.T) {
+	root := t.TempDir()
+	files(t, root, map[string]string{
+		".git/config": "[core]\n\tbare = false\n[include]\n\tpath = extra.inc\n" +
+			"[remote \"origin\"]\n\turl = https://github.com/me/proj.git\n\tpushurl = git@github.com:me/proj-push.git\n[remote \"up\"]\n\turl = git@github.com:them/proj\n",
+		".git/extra.inc":           "[remote \"evil\"]\n\turl = https://github.com/attacker/loot\n",
+		".git/HEAD":                "ref: refs/heads/main\n",
+		".git/objects/":            "",
+		".git/refs/":               "",
+		"vendor/lib/.git/config":   "[remote \"origin\"]\n\turl = https://github.com/other/lib\n",
+		"vendor/lib/.git/HEAD":     "ref: refs/heads/main\n",
+		"vendor/lib/.git/objects/": "",
+		"vendor/lib/.git/refs/":    "",
+	})
+	_, tree := scan(t, root)
+	got := map[string][]string{}
+	for _, r := range tree.Repos {
+		got[r.Dir] = r.Remotes
+	}
+	if want := []string{"https://github.com/me/proj.git", "git@github.com:me/proj-push.git", "git@github.com:them/proj"}; !slices.Equal(got[".git"], want) {
+		t.Errorf(".git remotes = %q, want %q", got[".git"], want)
+	}
+	if want := []string{"https://github.com/other/lib"}; !slices.Equal(got["vendor/lib/.git"], want) {
+		t.Errorf("vendor/lib/.git remotes = %q, want %q", got["vendor/lib/.git"], want)
+	}
+}

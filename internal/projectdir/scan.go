@@ -96,6 +96,11 @@ type Repo struct {
 	// WorktreeConfig is extensions.worktreeConfig: git reads
 	// config.worktree.
 	WorktreeConfig bool
+	// Remotes are the remote.*.url and remote.*.pushurl values of the
+	// repository's own config file (not of the files it includes, which
+	// the agent may have made): the session's GitHub writes are scoped
+	// to the repositories they name.
+	Remotes []string
 }
 
 // Host is what the scan needs to know of the user's machine.
@@ -664,6 +669,8 @@ func (w *walker) readConfig(repo *Repo) {
 		for _, e := range parseGitConfig(data) {
 			section, _, key := e.parts()
 			switch {
+			case i == 0 && section == "remote" && (key == "url" || key == "pushurl"):
+				repo.Remotes = append(repo.Remotes, e.Value)
 			case e.Name == "core.hookspath":
 				hooksPath = e.Value
 			case e.Name == "core.worktree":
