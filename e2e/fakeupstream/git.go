@@ -17,15 +17,18 @@ import (
 // -git-root, fetch and push, without authentication. After a push it logs
 // the repository's refs, so a row can see what arrived.
 //
-// The repositories in -git-auth-repos want an Authorization header (any
-// value: the fake checks no token): without one, a request gets 401 with
-// a Basic challenge, the only thing that makes git send the credentials of
-// a URL's userinfo.
+// The repositories in -git-auth-repos want an Authorization header: without
+// one, a request gets 401 with a Basic challenge, the only thing that makes
+// git send the credentials of a URL's userinfo. Without -forge-token any
+// value passes; with it, in a repository under an owner (/OWNER/NAME.git),
+// only the token does (forgeAuth: Basic with the token as password, Bearer
+// or token), and another gets 401 too.
 type gitServer struct {
 	log       *eventLog
 	root      string
 	hosts     map[string]bool
 	authRepos []string // cleaned paths, "/secret.git"
+	token     string   // -forge-token; "" takes any Authorization
 	cgi       *cgi.Handler
 }
 
@@ -98,6 +101,20 @@ func (g *gitServer) String() string {
 	return s
 }
 
+// needsToken says whether a request path lies in a -git-auth-repos
+// repository under an owner (/OWNER/NAME.git, as GitHub names them): with
+// -forge-token only those take the token alone, so that a top-level one
+// (/secret.git) still takes whatever credential an agent sends.
+func (g *gitServer) needsToken(p string) bool {
+	p = path.Clean("/" + p)
+	for _, repo := range g.authRepos {
+		if strings.Count(repo, "/") >= 2 && (p == repo || strings.HasPrefix(p, repo+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
 // needsAuth says whether a request path lies in a -git-auth-repos repository.
 func (g *gitServer) needsAuth(p string) bool {
 	p = path.Clean("/" + p)
@@ -119,6 +136,12 @@ func (g *gitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.log.printf("git auth-required path=%q", r.URL.Path)
 		w.Header().Set("WWW-Authenticate", `Basic realm="fake"`)
 		http.Error(w, "authentication required", http.StatusUnauthorized)
+		return
+	}
+	if g.token != "" && g.needsToken(r.URL.Path) && forgeAuth(r, g.token, true) != "user" {
+		g.log.printf("git auth-refused path=%q", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Basic realm="fake"`)
+		http.Error(w, "invalid credentials", http.StatusUnauthorized)
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}

@@ -60,6 +60,11 @@ type options struct {
 	// gitAuthRepos: repository paths under gitRoot ("/secret.git") that
 	// answer 401 to a request without an Authorization header.
 	gitAuthRepos string
+	// forgeAPIHosts get a small GitHub-like REST and GraphQL API
+	// (forge.go); forgeToken is the user's token that API and the
+	// gitAuthRepos accept ("" accepts any Authorization, as before).
+	forgeAPIHosts string
+	forgeToken    string
 }
 
 func main() {
@@ -83,6 +88,8 @@ func main() {
 	flag.StringVar(&o.gitHosts, "git-hosts", "", "names whose HTTPS requests go to git http-backend, comma-separated")
 	flag.StringVar(&o.gitRoot, "git-root", "", "directory of the bare repositories the git hosts serve")
 	flag.StringVar(&o.gitAuthRepos, "git-auth-repos", "", "repository paths (/secret.git) that answer 401 Basic to a request without Authorization, comma-separated")
+	flag.StringVar(&o.forgeAPIHosts, "forge-api-hosts", "", "names whose HTTPS requests go to a GitHub-like REST and GraphQL API, comma-separated")
+	flag.StringVar(&o.forgeToken, "forge-token", "", "the user's token the forge API and the -git-auth-repos accept (Bearer or token; Basic password for git); '' accepts any Authorization")
 	flag.StringVar(&o.sniffSessions, "sniff-sessions", "", "session pools, comma-separated: frames between a /24's .2 (its router) and another address of that /24 are not logged")
 	flag.StringVar(&o.unreachable, "unreachable", "", "CIDRs to give an unreachable route in this network namespace while running (needs CAP_NET_ADMIN)")
 	flag.BoolVar(&o.stdinEOF, "exit-on-stdin-eof", false, "stop when stdin closes")
@@ -133,6 +140,7 @@ type running struct {
 	proxy    []net.Listener
 	sniffing bool
 	git      *gitServer
+	forge    *forgeServer
 	// unreachable are the routes added for -unreachable.
 	unreachable []netip.Prefix
 	listeners   []io.Closer
@@ -178,7 +186,7 @@ func start(o options, log *eventLog) (_ *running, err error) {
 		return nil, err
 	}
 	// The suite waits for this line before it sends anything.
-	log.printf("ready dns=%s tls=%s tcp=%s%s%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs(), r.extrasString(), r.git.String())
+	log.printf("ready dns=%s tls=%s tcp=%s%s%s", r.dnsAddrString(), addrString(r.tls), r.tcpAddrs(), r.extrasString(), r.git.String()+r.forge.String())
 	return r, nil
 }
 
@@ -238,7 +246,14 @@ func (r *running) startTLS(o options) error {
 	if s.git, err = newGitServer(r.log, o.gitHosts, o.gitRoot, o.gitAuthRepos); err != nil {
 		return err
 	}
-	r.git = s.git
+	if s.git != nil {
+		s.git.token = o.forgeToken
+	}
+	s.forge = newForgeServer(r.log, o.forgeAPIHosts, o.forgeToken)
+	if err := checkForge(s.forge, s.git); err != nil {
+		return err
+	}
+	r.git, r.forge = s.git, s.forge
 	l, err := net.Listen("tcp", o.tlsAddr)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)

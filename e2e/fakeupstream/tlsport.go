@@ -17,8 +17,8 @@ import (
 
 // tlsServer logs the SNI of every ClientHello (even when the handshake then
 // fails), every HTTPS request with all its headers, and anything plaintext
-// sent to its port. It speaks HTTP/1.1 and HTTP/2 (ALPN); besides the git
-// and model API routes it serves a WebSocket echo (/ws), a cookie setter
+// sent to its port. It speaks HTTP/1.1 and HTTP/2 (ALPN); besides the git,
+// forge and model API routes it serves a WebSocket echo (/ws), a cookie setter
 // (/set-cookie) and answers writes (PUT, POST, PATCH, DELETE) with
 // {"ok":true}; any other request gets "hello from NAME".
 type tlsServer struct {
@@ -26,7 +26,8 @@ type tlsServer struct {
 	static *tls.Certificate
 	leaf   *x509.Certificate
 	ca     *testpki.CA
-	git    *gitServer // nil: no git hosts
+	git    *gitServer   // nil: no git hosts
+	forge  *forgeServer // nil: no forge flags
 
 	// alpn is the handshake's config for a client that offers h2 or
 	// http/1.1: both are negotiated; a client that offers neither (or no
@@ -140,6 +141,10 @@ func (s *tlsServer) handle(w http.ResponseWriter, r *http.Request) {
 	s.logHeaders(r)
 	if s.git.serves(host) {
 		s.git.ServeHTTP(w, r)
+		return
+	}
+	if s.forge.serves(host) {
+		s.forge.ServeHTTP(w, r)
 		return
 	}
 	s.logCredentials(r)
