@@ -40,7 +40,8 @@ The router inspects HTTPS to the hosts it allows: it ends TLS with a
 certificate of the session's own CA, which the sandbox trusts, and removes
 every credential the agent sends of its own. --passthrough adds hosts that
 it passes by SNI, unread, for a tool that pins its certificates: there a
-key the agent brings works in anyone's name.`,
+key the agent brings works in anyone's name. A HOST:PORT entry is relayed
+as raw TCP, unread as well: it carries any key the agent brings.`,
 		Example: `  agent-sandbox allow api.openai.com         # HTTPS on port 443, inspected
   agent-sandbox allow '*.googleapis.com'     # any name under googleapis.com
   agent-sandbox allow --passthrough pinned.example.com  # TLS passed unread, by SNI
@@ -137,8 +138,11 @@ func editCommand(set settings, errOut io.Writer, name string, args []string, edi
 			say(errOut, "%s", w)
 		}
 		for _, e := range entries {
-			if e.Passthrough {
+			switch {
+			case e.Passthrough:
 				say(errOut, "%s passes unread: the router cannot remove a key the agent brings there, so the agent can act on it in anyone's name", e)
+			case e.Port != tlsPort:
+				say(errOut, "%s is relayed unread, as raw TCP: it carries any key or credential the agent brings (someone else's ssh key pushes anywhere through github.com:22); a host without a port is HTTPS, which the router inspects", e)
 			}
 		}
 	}

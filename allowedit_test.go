@@ -502,3 +502,30 @@ func TestAllowWarnsAboutRiskyHostsButAddsThem(t *testing.T) {
 		t.Errorf("a warned entry is still added; allowlist:\n%s", b)
 	}
 }
+
+// A HOST:PORT entry is relayed as raw TCP, unread: allow says so, and says
+// nothing of the kind for a plain (inspected) host.
+func TestAllowWarnsThatRawTCPIsUnread(t *testing.T) {
+	path := userCommandEnv(t)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, path, "a.example\n", 0o644)
+	code, _, msg := runCLI(t, "", "allow", "ssh.example:22", "api.example.com")
+	if code != 0 {
+		t.Fatalf("allow exit %d, stderr:\n%s", code, msg)
+	}
+	if !strings.Contains(msg, "agent-sandbox: ssh.example:22 is relayed unread, as raw TCP: it carries any key or credential the agent brings") ||
+		!strings.Contains(msg, "which the router inspects") {
+		t.Errorf("stderr should warn that ssh.example:22 is relayed unread:\n%s", msg)
+	}
+	if strings.Contains(msg, "api.example.com is relayed") || strings.Count(msg, "relayed unread") != 1 {
+		t.Errorf("stderr should warn about ssh.example:22 only:\n%s", msg)
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), "\nssh.example:22 ") {
+		t.Errorf("a warned entry is still added; allowlist:\n%s", b)
+	}
+	if code, _, msg := runCLI(t, "", "allow", "plain.example"); code != 0 || strings.Contains(msg, "relayed unread") {
+		t.Errorf("allow of a plain host: exit %d, stderr:\n%s", code, msg)
+	}
+}

@@ -127,9 +127,16 @@ func TestDefaultAllowlistParses(t *testing.T) {
 	for _, e := range entries {
 		have[e.String()] = true
 	}
-	for _, need := range []string{"api.anthropic.com", "github.com", "github.com:22", "registry.npmjs.org", "pypi.org", "proxy.golang.org", "crates.io"} {
+	for _, need := range []string{"api.anthropic.com", "github.com", "api.github.com", "registry.npmjs.org", "pypi.org", "proxy.golang.org", "crates.io"} {
 		if !have[need] {
 			t.Errorf("default allowlist lacks %s", need)
+		}
+	}
+	// Issue 22: git goes over HTTPS, where the router adds the user's
+	// token and scopes writes; a raw ssh relay carries any key.
+	for _, e := range entries {
+		if e.Port != tlsPort {
+			t.Errorf("default allowlist relays %s as raw TCP", e)
 		}
 	}
 	for _, line := range strings.Split(string(defaultAllowlist), "\n") {
