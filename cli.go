@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"github.com/spf13/cobra"
 )
 
@@ -161,17 +162,20 @@ type launchArgs struct {
 	env map[string]string
 	// home is the volume --home names; "" for the default.
 	home string
+	// repos are --repo's repositories, "owner/name", which GitHub writes
+	// are admitted for besides the launch dir's remotes.
+	repos []string
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// parseLaunchArgs takes `[--env NAME | --home VOLUME]... [--exec CMD ARGS... | claude args...]`.
+// parseLaunchArgs takes `[--env NAME | --home VOLUME | --repo OWNER/NAME]... [--exec CMD ARGS... | claude args...]`.
 // Everything after the launcher's options belongs to the agent.
 func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
 	la := launchArgs{env: map[string]string{}}
 	for len(args) > 0 {
 		opt, value, inline := strings.Cut(args[0], "=")
-		if opt != "--env" && opt != "--home" {
+		if opt != "--env" && opt != "--home" && opt != "--repo" {
 			break
 		}
 		if inline {
@@ -180,6 +184,9 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 			if len(args) < 2 {
 				if opt == "--home" {
 					return la, errors.New("--home needs a volume name, as in: agent-sandbox --home agent-sandbox-home")
+				}
+				if opt == "--repo" {
+					return la, errors.New("--repo needs a repository, as in: agent-sandbox --repo octocat/hello-world")
 				}
 				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
 			}
@@ -190,6 +197,14 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 				return la, fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
 			}
 			la.home = value
+			continue
+		}
+		if opt == "--repo" {
+			repo, err := forge.ParseRepo(value)
+			if err != nil {
+				return la, fmt.Errorf("--repo: %v", err)
+			}
+			la.repos = append(la.repos, repo)
 			continue
 		}
 		name := value

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,6 +42,9 @@ type apiProvider struct {
 	// a request with any of them (or with a percent-encoded argument name,
 	// which could spell one) is refused.
 	refuseArgs []string
+	// forge marks GitHub (forge.go): routerd's inspecting proxy adds its
+	// token itself and scopes its writes; no gate, no nginx proxy.
+	forge bool
 }
 
 // credKind is one kind of credential for a provider, in the order a
@@ -48,6 +52,8 @@ type apiProvider struct {
 type credKind struct {
 	secret string // its name for `agent-sandbox secret`
 	env    string // the launcher's variable that holds it
+	// altEnv are further variables that hold it, looked at after env.
+	altEnv []string
 	// agentEnv is the agent's variable for the placeholder: env, but for
 	// an Anthropic API key (see credKinds).
 	agentEnv string
@@ -68,7 +74,7 @@ var (
 		baseURLEnv: "GOOGLE_GEMINI_BASE_URL", headers: []string{"x-goog-api-key", "Authorization"},
 		refuseArgs: []string{"key", "access_token", "oauth_token"}}
 
-	apiProviders = []*apiProvider{anthropicAPI, openaiAPI, geminiAPI}
+	apiProviders = []*apiProvider{anthropicAPI, openaiAPI, geminiAPI, githubGit}
 
 	// credKinds: Claude Code itself prefers an API key to an OAuth token;
 	// so does the launcher.
@@ -92,6 +98,10 @@ var (
 			placeholder: "sk-agent-sandbox-placeholder"},
 		{secret: "gemini", env: "GEMINI_API_KEY", provider: geminiAPI, header: "x-goog-api-key",
 			placeholder: "agent-sandbox-placeholder"},
+		// gh reads GH_TOKEN before GITHUB_TOKEN; with the placeholder it
+		// runs as logged in, and routerd replaces what it sends.
+		{secret: "github", env: "GH_TOKEN", altEnv: []string{"GITHUB_TOKEN"}, provider: githubGit,
+			placeholder: "ghp_agentsandboxplaceholder0000000000000"},
 	}
 )
 
@@ -139,8 +149,10 @@ const upstreamCAFile = "upstream-ca.pem"
 // into one file, written 0600 into a dir that only the router mounts; never
 // into a container spec, a log line or the dir the forwarder mounts.
 type credential struct {
-	kind   *credKind
-	host   string // the API host: the provider's, or AGENT_SANDBOX_API_HOSTS's
+	kind *credKind
+	host string // the API host: the provider's, or AGENT_SANDBOX_API_HOSTS's
+	// also are further hosts it is added on (GitHub's API hosts).
+	also   []string
 	value  string
 	source string // where it came from, for the user
 }
@@ -161,6 +173,8 @@ type sessionCredentials struct {
 	// handed are the API hosts whose credential the user passes in with
 	// --env: they pass unread (handedHosts).
 	handed []string
+	// forge is GitHub's and the registries' part (forge.go).
+	forge forgeSetup
 }
 
 // credRoute is what the router config needs to know of a credential: no
@@ -182,13 +196,19 @@ type credPlan struct {
 	upstreamCA []byte
 	// handed are hosts passed unread whatever the allowlist says.
 	handed []string
+	// forge is what routerd needs to add the GitHub token and scope
+	// writes (forge.go).
+	forge forgeSetup
 }
 
 func (s sessionCredentials) plan() credPlan {
 	p := credPlan{customCA: len(s.upstreamCA) > 0, apiAllow: s.apiAllow, upstreamCA: s.upstreamCA, handed: s.handed}
 	for _, c := range s.creds {
-		p.routes = append(p.routes, credRoute{c.kind, c.host})
+		if !c.kind.provider.forge {
+			p.routes = append(p.routes, credRoute{c.kind, c.host})
+		}
 	}
+	p.forge = s.forge
 	return p
 }
 
@@ -292,7 +312,9 @@ func agentCredentialEnv(creds []credential) map[string]string {
 	env := map[string]string{}
 	for _, c := range creds {
 		p := c.kind.provider
-		env[p.baseURLEnv] = "https://" + c.host + p.basePath
+		if p.baseURLEnv != "" {
+			env[p.baseURLEnv] = "https://" + c.host + p.basePath
+		}
 		env[c.kind.agentVar()] = c.kind.placeholder
 	}
 	return env
@@ -319,19 +341,22 @@ func checkCredentialValue(what, v string) error {
 // which names other hosts for the APIs (the tests' *.test names).
 func apiHosts(spec string) (map[*apiProvider]string, error) {
 	hosts := map[*apiProvider]string{}
-	for _, p := range apiProviders {
+	named := append(slices.Clone(apiProviders), forgeStandIns...)
+	var ids []string
+	for _, p := range named {
 		hosts[p] = p.host
+		ids = append(ids, p.id)
 	}
 	for _, f := range splitList(spec) {
 		id, host, ok := strings.Cut(f, "=")
 		var p *apiProvider
-		for _, q := range apiProviders {
+		for _, q := range named {
 			if q.id == strings.TrimSpace(id) {
 				p = q
 			}
 		}
 		if !ok || p == nil {
-			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not PROVIDER=HOST with PROVIDER one of anthropic, openai, gemini", f)
+			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not PROVIDER=HOST with PROVIDER one of %s", f, strings.Join(ids, ", "))
 		}
 		e, err := parseEntry(strings.TrimSpace(host))
 		if err != nil || e.Wildcard || e.Port != tlsPort {
@@ -357,8 +382,10 @@ func resolveCredentials(getenv func(string) (string, bool), passed map[string]st
 		}
 		handed := handedIn(p, kinds, passed)
 		for _, k := range kinds {
-			if _, ok := passed[k.env]; ok {
-				warnings = append(warnings, fmt.Sprintf("%s goes into the sandbox (--env): the agent can read it and use it from any host it can reach; without --env the router adds it for %s and the agent gets a placeholder", k.env, hosts[p]))
+			for _, name := range append([]string{k.env}, k.altEnv...) {
+				if _, ok := passed[name]; ok {
+					warnings = append(warnings, fmt.Sprintf("%s goes into the sandbox (--env): the agent can read it and use it from any host it can reach; without --env the router adds it for %s and the agent gets a placeholder", name, hosts[p]))
+				}
 			}
 		}
 		if handed {
@@ -383,10 +410,10 @@ func handedIn(p *apiProvider, kinds []*credKind, passed map[string]string) bool 
 		return true
 	}
 	for _, k := range kinds {
-		_, env := passed[k.env]
-		_, agent := passed[k.agentVar()]
-		if env || agent {
-			return true
+		for _, name := range append([]string{k.env, k.agentVar()}, k.altEnv...) {
+			if _, ok := passed[name]; ok {
+				return true
+			}
 		}
 	}
 	return false
@@ -406,6 +433,9 @@ func handedHosts(passed map[string]string, hosts map[*apiProvider]string) []stri
 		}
 		if handedIn(p, kinds, passed) {
 			out = append(out, hosts[p])
+			if p == githubGit {
+				out = append(out, hosts[githubAPI], hosts[githubUploads])
+			}
 		}
 	}
 	return out
@@ -413,14 +443,16 @@ func handedHosts(passed map[string]string, hosts map[*apiProvider]string) []stri
 
 func findCredential(getenv func(string) (string, bool), secrets string, kinds []*credKind, host string) (*credential, error) {
 	for _, k := range kinds {
-		v, ok := getenv(k.env)
-		if v = strings.TrimSpace(v); !ok || v == "" {
-			continue
+		for _, name := range append([]string{k.env}, k.altEnv...) {
+			v, ok := getenv(name)
+			if v = strings.TrimSpace(v); !ok || v == "" {
+				continue
+			}
+			if err := checkCredentialValue(name+" in your environment", v); err != nil {
+				return nil, fmt.Errorf("%v; unset it, or pass it in with --env %s", err, name)
+			}
+			return &credential{kind: k, host: host, value: v, source: name + " from your environment"}, nil
 		}
-		if err := checkCredentialValue(k.env+" in your environment", v); err != nil {
-			return nil, fmt.Errorf("%v; unset it, or pass it in with --env %s", err, k.env)
-		}
-		return &credential{kind: k, host: host, value: v, source: k.env + " from your environment"}, nil
 	}
 	for _, k := range kinds {
 		v, err := readSecret(secrets, k.secret)
@@ -487,6 +519,14 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 		return s, warnings, err
 	}
 	s.creds, s.handed = creds, handedHosts(passed, hosts)
+	if s.forge, err = forgeSetupFor(set, hosts, creds, s.handed); err != nil {
+		return s, warnings, err
+	}
+	for i, c := range s.creds {
+		if c.kind.provider == githubGit {
+			s.creds[i].also = slices.DeleteFunc(s.forge.forgeHosts(), func(h string) bool { return h == c.host })
+		}
+	}
 	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
 		return s, warnings, err
 	}
@@ -507,8 +547,9 @@ func parseAPIAllow(v string) ([]string, error) {
 		if f == "" {
 			continue
 		}
-		if !slices.Contains(apipolicy.Allowable, f) {
-			return nil, fmt.Errorf("AGENT_SANDBOX_API_ALLOW: %q is not a rule that can be turned off; the rules are %s", f, strings.Join(apipolicy.Allowable, ", "))
+		rules := append(slices.Clone(apipolicy.Allowable), forge.Allowable...)
+		if !slices.Contains(rules, f) {
+			return nil, fmt.Errorf("AGENT_SANDBOX_API_ALLOW: %q is not a rule that can be turned off; the rules are %s", f, strings.Join(rules, ", "))
 		}
 		out = append(out, f)
 	}
@@ -530,6 +571,11 @@ func writeCredentialDir(runtimeDir, session string, s sessionCredentials) (strin
 	}
 	files := map[string]string{}
 	for _, c := range s.creds {
+		if c.kind.provider.forge {
+			// routerd reads the token itself (forge.go).
+			files[forgeTokenFile] = c.value + "\n"
+			continue
+		}
 		v := c.value
 		if c.kind.bearer {
 			v = "Bearer " + v
@@ -576,14 +622,16 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 	}
 	var lines []string
 	for _, c := range creds {
-		if !allowlisted(c.host, entries) && requests[c.host] == 0 {
-			continue
+		for i, host := range append([]string{c.host}, c.also...) {
+			if !allowlisted(host, entries) && requests[host] == 0 || i > 0 && requests[host] == 0 {
+				continue
+			}
+			line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", host, c.source, plural(requests[host], "request"))
+			if n := closed[host]; n > 0 {
+				line += fmt.Sprintf("; %s straight to it closed (use the base URL)", plural(n, "TLS connection"))
+			}
+			lines = append(lines, line+"\n")
 		}
-		line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", c.host, c.source, plural(requests[c.host], "request"))
-		if n := closed[c.host]; n > 0 {
-			line += fmt.Sprintf("; %s straight to it closed (use the base URL)", plural(n, "TLS connection"))
-		}
-		lines = append(lines, line+"\n")
 	}
 	if len(lines) == 0 {
 		return ""
@@ -610,7 +658,7 @@ func removedSummary(routerLog string, creds []credential) string {
 	byHost := map[string]*removal{}
 	for _, line := range strings.Split(routerLog, "\n") {
 		m := inspectedRequest.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) || slices.ContainsFunc(creds, func(c credential) bool { return c.host == m[1] }) {
+		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) || slices.ContainsFunc(creds, func(c credential) bool { return c.host == m[1] || slices.Contains(c.also, m[1]) }) {
 			continue
 		}
 		r := byHost[m[1]]

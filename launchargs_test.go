@@ -29,6 +29,9 @@ func TestParseLaunchArgs(t *testing.T) {
 		{[]string{"--home=shared-home", "--exec", "true"}, []string{"true"}, map[string]string{}, ""},
 		{[]string{"--home"}, nil, nil, "--home needs a volume name"},
 		{[]string{"--home", "../x"}, nil, nil, "not a volume name"},
+		{[]string{"--repo", "Octo/Hello.git", "--repo=me/proj", "--exec", "true"}, []string{"true"}, map[string]string{}, ""},
+		{[]string{"--repo"}, nil, nil, "--repo needs a repository"},
+		{[]string{"--repo", "octo"}, nil, nil, "want OWNER/NAME"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			la, err := parseLaunchArgs(tc.args, getenv)
@@ -43,6 +46,9 @@ func TestParseLaunchArgs(t *testing.T) {
 			}
 			if !slices.Equal(la.cmd, tc.cmd) || !maps.Equal(la.env, tc.env) {
 				t.Fatalf("got cmd %q env %v, want %q %v", la.cmd, la.env, tc.cmd, tc.env)
+			}
+			if strings.HasPrefix(strings.Join(tc.args, " "), "--repo Octo") && !slices.Equal(la.repos, []string{"octo/hello", "me/proj"}) {
+				t.Fatalf("repos = %q", la.repos)
 			}
 			if want := map[bool]string{true: "shared-home"}[slices.ContainsFunc(tc.args, func(a string) bool { return strings.HasPrefix(a, "--home") })]; la.home != want {
 				t.Fatalf("home = %q, want %q", la.home, want)

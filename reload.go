@@ -217,6 +217,7 @@ func (r *routerFiles) apply(entries []entry) error {
 		return err
 	}
 	p.injections, p.trustedCA, p.apiAllow = r.creds.active(entries), r.creds.trustedCA(), r.creds.apiAllow
+	p.forge = r.creds.forge
 	for _, f := range p.render(r.routerIP) {
 		if err := r.replace(f); err != nil {
 			return err

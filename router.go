@@ -72,6 +72,9 @@ type routerPlan struct {
 	// apiAllow are the API gate's rules the user turned off by name
 	// (AGENT_SANDBOX_API_ALLOW).
 	apiAllow []string
+	// forge is GitHub's and the registries' part of the inspecting
+	// proxy's config (forge.go).
+	forge forgeSetup
 }
 
 // planCursor is where the next new host's loopback address (as an index:
@@ -364,7 +367,8 @@ func (p routerPlan) inspectConf(routerIP string) string {
 		TrustedCA string            `json:"trusted_ca"`
 		Resolver  string            `json:"resolver"`
 		Gates     map[string]string `json:"gates,omitempty"`
-	}{TrustedCA: p.trustedCA, Resolver: upstreamResolver}
+		Forge     *forgeDoc         `json:"forge,omitempty"`
+	}{TrustedCA: p.trustedCA, Resolver: upstreamResolver, Forge: p.forge.doc(p.apiAllow)}
 	doc.Hosts, doc.Wildcards = p.tlsNames(func(e entry) bool { return !e.Passthrough || p.injected(e.Host) })
 	if doc.Wildcards == nil {
 		doc.Wildcards = []string{}

@@ -152,13 +152,17 @@ func TestManyPortEntriesGetDistinctAddresses(t *testing.T) {
 }
 
 // credentialTestPlan: an OAuth token for Claude's API, keys for OpenAI's
-// and Gemini's.
+// and Gemini's, and a GitHub token scoped to one repository.
 func credentialTestPlan(customCA bool) credPlan {
 	p := credPlan{customCA: customCA}
 	for _, name := range []string{"anthropic-oauth", "openai", "gemini"} {
 		k := credKindBySecret(name)
 		p.routes = append(p.routes, credRoute{k, k.provider.host})
 	}
+	hosts, _ := apiHosts("")
+	gh := []credential{{kind: credKindBySecret("github"), host: "github.com", source: "GH_TOKEN from your environment"}}
+	p.forge, _ = forgeSetupFor(settings{publish: "crates.io"}, hosts, gh, nil)
+	p.forge.repos = []string{"me/proj"}
 	return p
 }
 

@@ -55,6 +55,7 @@ type sessionConfig struct {
 	entries       []entry
 	cmd           []string
 	env           map[string]string // passed with --env
+	repos         []string          // --repo's, "owner/name"
 	tty           bool
 	upstreamDNS   string
 	upstreamAllow string
@@ -185,6 +186,10 @@ func (s *session) makeDirs(runtimeDir string) error {
 	}
 	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
 		say(s.out, "%s", w)
+	}
+	cred.forge = cred.forge.withRepos(s.cfg.project.tree, s.cfg.repos)
+	if line := cred.forge.startLine(); line != "" {
+		say(s.out, "%s", line)
 	}
 	if len(cred.creds) > 0 && len(cred.apiAllow) > 0 {
 		say(s.out, "the API rules %s are off (AGENT_SANDBOX_API_ALLOW): requests signed with your key may make the provider reach out where the agent says", strings.Join(cred.apiAllow, ", "))
@@ -516,6 +521,7 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
 	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
 	fmt.Fprint(s.out, removedSummary(routerLog, s.cfg.cred.creds))
+	fmt.Fprint(s.out, forgeSummary(routerLog))
 	if len(s.cfg.cred.creds) > 0 {
 		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
 	}
@@ -525,7 +531,7 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 // prepare checks the launch directory and the allowlist and names the
 // session. Nothing is created in podman before it succeeds.
 func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) {
-	cfg := sessionConfig{cmd: la.cmd, env: la.env, egress: set.egress, allowlist: set.allowlist}
+	cfg := sessionConfig{cmd: la.cmd, env: la.env, repos: la.repos, egress: set.egress, allowlist: set.allowlist}
 	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
 		return cfg, err
 	}

@@ -35,6 +35,7 @@ type settings struct {
 	apiHosts      string // AGENT_SANDBOX_API_HOSTS
 	upstreamCA    string // AGENT_SANDBOX_UPSTREAM_CA
 	apiAllow      string // AGENT_SANDBOX_API_ALLOW: the API gate's rules turned off
+	publish       string // AGENT_SANDBOX_PUBLISH: registry hosts the agent may publish to
 	scanDirs      string // AGENT_SANDBOX_SCAN_DIRS: how many directories the start's scan may read
 
 	// noStartGC keeps a session from cleaning up dead ones (the leak tests
@@ -63,7 +64,7 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.egress = or("AGENT_SANDBOX_EGRESS_NETWORK", egressNet)
 	s.upstreamDNS, s.upstreamAllow = get("AGENT_SANDBOX_UPSTREAM_DNS"), get("AGENT_SANDBOX_UPSTREAM_ALLOW")
 	s.apiHosts, s.upstreamCA = get("AGENT_SANDBOX_API_HOSTS"), get("AGENT_SANDBOX_UPSTREAM_CA")
-	s.apiAllow = get("AGENT_SANDBOX_API_ALLOW")
+	s.apiAllow, s.publish = get("AGENT_SANDBOX_API_ALLOW"), get("AGENT_SANDBOX_PUBLISH")
 	s.scanDirs = get("AGENT_SANDBOX_SCAN_DIRS")
 	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
 	return s

@@ -133,6 +133,9 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// No telemetry, error reports or feature flags: hosts that take data
 	// under anyone's credentials.
 	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+	for k, v := range gitRewriteEnv(cfg.cred.forge.gitHost) {
+		c.Env[k] = v
+	}
 	for k, v := range agentCredentialEnv(cfg.cred.creds) {
 		c.Env[k] = v
 	}

@@ -5,6 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +42,18 @@ func gitRoot() string { return filepath.Join(harness.fakeDir, "git") }
 // only to a request with an Authorization header.
 const gitAuthRepo = "secret.git"
 
+// The fake GitHub of TestForge: git on gitHost, the REST and GraphQL API
+// on forgeAPIHost, npm's registry on npmHost. Its repositories under an
+// owner (forgeRepos) take only the user's token (harness.forgeToken).
+const (
+	forgeAPIHost = "forge-api.allowed.test"
+	npmHost      = "npm.allowed.test"
+	ownRepo      = "me/proj"
+	otherRepo    = "other/lib"
+)
+
+var forgeRepos = []string{ownRepo, otherRepo}
+
 // fakeZone is everything the fake DNS knows. Denied names resolve there too:
 // if one is blocked in the sandbox, the router blocked it, not the fake.
 var fakeZone = []string{
@@ -57,6 +71,7 @@ var harness struct {
 	workDir      string // per-run dir under $HOME/e2e-work
 	fakeDir      string // mounted into the fake: certs and its log
 	caPEM        []byte
+	forgeToken   string    // the user's GitHub token the fake forge takes
 	baseline     leftovers // session objects that existed before the run
 	fakeStarted  bool
 	netCreated   bool
@@ -296,6 +311,11 @@ func writePKI() error {
 		return err
 	}
 	h.caPEM = ca.CertPEM
+	tok := make([]byte, 18)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	h.forgeToken = "ghp_" + hex.EncodeToString(tok)
 	if err := os.Mkdir(gitRoot(), 0o755); err != nil {
 		return err
 	}
@@ -324,7 +344,8 @@ func startFake() error {
 		"-log", "/fake/fake.log", "-dns", strings.Join(zone, ","),
 		"-cert", "/fake/server.pem", "-key", "/fake/server.key",
 		"-ca-cert", "/fake/ca.pem", "-ca-key", "/fake/ca.key",
-		"-git-hosts", gitHost, "-git-root", "/fake/git", "-git-auth-repos", "/"+gitAuthRepo)
+		"-git-hosts", gitHost, "-git-root", "/fake/git", "-git-auth-repos", "/"+gitAuthRepo+",/"+ownRepo+".git,/"+otherRepo+".git",
+		"-forge-api-hosts", forgeAPIHost, "-forge-token", h.forgeToken)
 	if err != nil {
 		return err
 	}

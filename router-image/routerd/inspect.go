@@ -30,6 +30,8 @@ func startInspect(cfg config, stdout io.Writer, logger *log.Logger) (*inspect.Pr
 		// hack/mutation-check's inspect-strip-off passes every credential.
 		KeepCredentials: mutated("inspect-strip-off"),
 		AnyHost:         mutated("inspect-host-check-off"),
+		ForgeScopeOff:   mutated("forge-scope-off"),
+		PublishOpen:     mutated("registry-publish-open"),
 	}
 	if mutated("ca-key-readable") {
 		// hack/mutation-check's ca-key-readable: the key next to the

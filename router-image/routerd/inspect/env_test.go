@@ -189,11 +189,12 @@ type envConfig struct {
 	trustedCA        string
 	port             int
 	keep             bool
+	forge            *forgeFile
 }
 
 func writeConfig(t testing.TB, path string, c envConfig, resolver string) {
 	t.Helper()
-	b, err := json.Marshal(file{Hosts: c.hosts, Wildcards: c.wildcards, TrustedCA: c.trustedCA, Resolver: resolver, Gates: c.gates})
+	b, err := json.Marshal(file{Hosts: c.hosts, Wildcards: c.wildcards, TrustedCA: c.trustedCA, Resolver: resolver, Gates: c.gates, Forge: c.forge})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,9 @@ type file struct {
 	// Gates maps hosts to the plain HTTP address of routerd's API gate,
 	// which adds the user's key.
 	Gates map[string]string `json:"gates"`
+	// Forge gives GitHub's hosts and the registries their rules
+	// (forge.go).
+	Forge *forgeFile `json:"forge"`
 }
 
 // policy is a loaded config: what is admitted and where it goes.
@@ -42,6 +45,7 @@ type policy struct {
 	trustedCA string
 	resolver  string
 	gates     map[string]string
+	forge     *forgePolicy
 }
 
 // readPolicy reads the config; a missing file admits nothing.
@@ -66,8 +70,13 @@ func readPolicy(path string) (*policy, error) {
 
 func parsePolicy(f *file) (*policy, error) {
 	p := &policy{hosts: map[string]bool{}, gates: map[string]string{}, trustedCA: DefaultTrustedCA, resolver: DefaultResolver}
+	var err error
 	if f == nil {
-		return p, nil
+		p.forge, err = parseForge(nil)
+		return p, err
+	}
+	if p.forge, err = parseForge(f.Forge); err != nil {
+		return nil, err
 	}
 	for _, h := range f.Hosts {
 		if h = normalName(h); h != "" {

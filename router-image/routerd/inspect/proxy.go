@@ -70,6 +70,10 @@ type Config struct {
 	// AnyHost is hack/mutation-check's inspect-host-check-off: a Host
 	// other than the TLS name is passed on (to the TLS name's host).
 	AnyHost bool
+	// ForgeScopeOff is hack/mutation-check's forge-scope-off: GitHub
+	// writes pass for any repository. PublishOpen is
+	// registry-publish-open: every registry may be published to.
+	ForgeScopeOff, PublishOpen bool
 	// LeakCAKey, when set, is handed the CA's key once it is made:
 	// hack/mutation-check's ca-key-readable writes it out. Nothing else
 	// ever sets it.
@@ -82,6 +86,7 @@ type Proxy struct {
 	ca     *authority
 	jar    *jar
 	signed signedURLs
+	tokens tokenCache
 	policy atomic.Pointer[policy]
 	roots  atomic.Pointer[roots]
 	conns  connSet
@@ -377,6 +382,9 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !p.cfg.KeepCredentials {
 		removed = strip(r, host, p.jar, p.signed.has(host, r.URL.EscapedPath(), r.URL.RawQuery))
+	}
+	if !p.checkForge(rec, r, host) {
+		return
 	}
 	if r.ProtoMajor == 1 {
 		// An upstream may answer before the upload ends; by default the

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
+)
+
+// GitHub and the package registries: routerd's inspecting proxy adds the
+// user's GitHub token to requests to GitHub's hosts (the agent holds a
+// placeholder) and admits writes made with it only for the project's own
+// repositories; it refuses publishing on the registries unless the user
+// allows it for a host. The rules are router-image/routerd/forge's; this
+// file is the launcher's face: the hosts and their roles, the scope read
+// from the launch dir's git remotes and --repo, and what the session
+// says at start and at exit.
+
+var (
+	// githubGit carries the token (credKinds); githubAPI and
+	// githubUploads get it too. The tests name stand-ins for all three,
+	// and for npm's registry, in AGENT_SANDBOX_API_HOSTS.
+	githubGit     = &apiProvider{id: "github", host: "github.com", forge: true}
+	githubAPI     = &apiProvider{id: "github-api", host: "api.github.com", forge: true}
+	githubUploads = &apiProvider{id: "github-uploads", host: "uploads.github.com", forge: true}
+	npmRegistry   = &apiProvider{id: "npm", host: "registry.npmjs.org"}
+
+	forgeStandIns = []*apiProvider{githubAPI, githubUploads, npmRegistry}
+
+	// registries are the shipped allowlist's package registries (and
+	// PyPI's upload host, should a user add it): read-only unless
+	// AGENT_SANDBOX_PUBLISH names the host.
+	registries = []string{"pypi.org", "upload.pypi.org", "files.pythonhosted.org", "proxy.golang.org",
+		"sum.golang.org", "crates.io", "index.crates.io", "static.crates.io"}
+)
+
+// forgeTokenFile is the GitHub token's file in the router's credential
+// dir: routerd reads it, nothing else mounts the dir.
+const forgeTokenFile = "github.token"
+
+// forgeSetup is what routerd needs for GitHub and the registries.
+type forgeSetup struct {
+	// roles maps a host to its forge.Role.
+	roles map[string]forge.Role
+	// gitHost is GitHub's git host (a stand-in in the tests), whose
+	// remotes name the repositories in scope.
+	gitHost string
+	// repos are the repositories writes are admitted for, "owner/name".
+	repos []string
+	// publish are the registry hosts the user allows publishing to.
+	publish []string
+	// token says routerd adds the user's GitHub token; source is where
+	// it came from, for the user.
+	token  bool
+	source string
+}
+
+// forgeSetupFor fixes the roles from the hosts (AGENT_SANDBOX_API_HOSTS's
+// stand-ins included) and whether a token is added; the repositories come
+// later, from the launch dir's scan (withRepos). GitHub's hosts whose
+// token the user hands in with --env pass unread (handed) and get no role.
+func forgeSetupFor(set settings, hosts map[*apiProvider]string, creds []credential, handed []string) (forgeSetup, error) {
+	f := forgeSetup{roles: map[string]forge.Role{}, gitHost: hosts[githubGit]}
+	for _, h := range registries {
+		f.roles[h] = forge.Registry
+	}
+	f.roles[hosts[npmRegistry]] = forge.NPM
+	if !slices.Contains(handed, hosts[githubGit]) {
+		f.roles[hosts[githubGit]] = forge.GitHubGit
+		f.roles[hosts[githubAPI]] = forge.GitHubAPI
+		f.roles[hosts[githubUploads]] = forge.GitHubAPI
+	}
+	for _, c := range creds {
+		if c.kind.provider == githubGit {
+			f.token, f.source = true, c.source
+		}
+	}
+	var err error
+	f.publish, err = parsePublish(set.publish)
+	return f, err
+}
+
+// parsePublish reads AGENT_SANDBOX_PUBLISH: the registry hosts the agent
+// may publish to, comma-separated.
+func parsePublish(v string) ([]string, error) {
+	var out []string
+	for _, f := range splitList(v) {
+		e, err := parseEntry(f)
+		if err != nil || e.Wildcard || e.Port != tlsPort {
+			return nil, fmt.Errorf("AGENT_SANDBOX_PUBLISH: %q is not a host name (use a comma-separated list such as registry.npmjs.org,crates.io)", f)
+		}
+		out = append(out, e.Host)
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
+}
+
+// forgeHosts are the hosts that get the GitHub token, in a fixed order.
+func (f forgeSetup) forgeHosts() []string {
+	var out []string
+	for h, r := range f.roles {
+		if r == forge.GitHubGit || r == forge.GitHubAPI {
+			out = append(out, h)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// withRepos sets the scope: the repositories the launch dir's git remotes
+// name on GitHub (each repository the scan found), and those of --repo.
+func (f forgeSetup) withRepos(tree projectdir.Tree, flagRepos []string) forgeSetup {
+	seen := map[string]bool{}
+	for _, r := range tree.Repos {
+		for _, remote := range r.Remotes {
+			if repo, ok := forge.RepoOfRemote(remote, f.gitHost); ok {
+				seen[repo] = true
+			}
+		}
+	}
+	for _, r := range flagRepos {
+		seen[r] = true
+	}
+	f.repos = nil
+	for r := range seen {
+		f.repos = append(f.repos, r)
+	}
+	sort.Strings(f.repos)
+	return f
+}
+
+// startLine says at start what the router does with the GitHub token; ""
+// without one.
+func (f forgeSetup) startLine() string {
+	if !f.token {
+		return ""
+	}
+	scope := "no repository: every write is refused (--repo OWNER/NAME admits one)"
+	if len(f.repos) > 0 {
+		scope = strings.Join(f.repos, ", ") + " (the launch dir's remotes and --repo); others are refused"
+	}
+	return fmt.Sprintf("the router adds your GitHub token (%s) on %s; it admits writes to %s", f.source, strings.Join(f.forgeHosts(), ", "), scope)
+}
+
+// forgeDoc is inspect.json's "forge" part (routerd: inspect/policy.go).
+type forgeDoc struct {
+	Roles     map[string]string `json:"roles"`
+	Repos     []string          `json:"repos"`
+	Publish   []string          `json:"publish,omitempty"`
+	Allow     []string          `json:"allow,omitempty"`
+	TokenFile string            `json:"token_file,omitempty"`
+}
+
+func (f forgeSetup) doc(allow []string) *forgeDoc {
+	if len(f.roles) == 0 {
+		return nil
+	}
+	d := &forgeDoc{Roles: map[string]string{}, Repos: f.repos, Publish: f.publish}
+	if d.Repos == nil {
+		d.Repos = []string{}
+	}
+	for h, r := range f.roles {
+		d.Roles[h] = string(r)
+	}
+	for _, a := range allow {
+		if slices.Contains(forge.Allowable, a) {
+			d.Allow = append(d.Allow, a)
+		}
+	}
+	if f.token {
+		d.TokenFile = routerCredentialDir + "/" + forgeTokenFile
+	}
+	return d
+}
+
+// gitRewriteEnv makes git inside reach a stand-in git host's ssh remotes
+// over HTTPS, as the image's system config does for github.com; nothing
+// for github.com itself.
+func gitRewriteEnv(gitHost string) map[string]string {
+	if gitHost == "" || gitHost == githubGit.host {
+		return nil
+	}
+	base := "url.https://" + gitHost + "/.insteadOf"
+	return map[string]string{
+		"GIT_CONFIG_COUNT": "2",
+		"GIT_CONFIG_KEY_0": base, "GIT_CONFIG_VALUE_0": "git@" + gitHost + ":",
+		"GIT_CONFIG_KEY_1": base, "GIT_CONFIG_VALUE_1": "ssh://git@" + gitHost + "/",
+	}
+}
+
+// forgeRefused is a write routerd refused, in its log format
+// (inspect/forge.go): where, which rule and which repository, no header.
+var forgeRefused = regexp.MustCompile(`^forge-refused host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") rule=([a-z_.]+) repo=(\S*) status=(\d+)$`)
+
+// forgeSummary says which writes the router refused on GitHub and the
+// registries, each with how to allow it; "" when there was none.
+func forgeSummary(routerLog string) string {
+	type key struct{ host, what, rule, fix string }
+	refused := map[key]int{}
+	for _, line := range strings.Split(routerLog, "\n") {
+		m := forgeRefused.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil || !printableHost.MatchString(m[1]) {
+			continue
+		}
+		method, _ := strconv.Unquote(m[2])
+		path, _ := strconv.Unquote(m[3])
+		if !printablePath.MatchString(path) || !printableMethod.MatchString(method) {
+			method, path = "", "(a request that cannot be printed)"
+		}
+		refused[key{m[1], strings.TrimSpace(method + " " + path), m[4], forgeFix(m[4], m[5], m[1])}]++
+	}
+	if len(refused) == 0 {
+		return ""
+	}
+	var lines []string
+	for k, n := range refused {
+		lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: %s\n", k.host, k.what, k.rule, plural(n, "time"), k.fix))
+	}
+	sort.Strings(lines)
+	return "agent-sandbox: the router refused writes outside what this session admits:\n" + strings.Join(lines, "")
+}
+
+// forgeFix is how the user allows what rule refused.
+func forgeFix(rule, repo, host string) string {
+	switch {
+	case (rule == "github.push" || rule == "github.repo_write" || rule == "github.lfs_upload") && repo != "":
+		if _, err := forge.ParseRepo(repo); err == nil {
+			return "start the session with --repo " + repo
+		}
+		return "start the session with --repo OWNER/NAME"
+	case rule == "registry.publish":
+		return "AGENT_SANDBOX_PUBLISH=" + host
+	case slices.Contains(forge.Allowable, rule):
+		return "AGENT_SANDBOX_API_ALLOW=" + rule
+	}
+	return "not possible in a session"
+}

@@ -1,0 +1,167 @@
+package inspect
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
+)
+
+// GitHub and the package registries: for a host the config gives a forge
+// role, every request is put to forge.Check after the agent's credentials
+// are gone; a refused one is answered here and never leaves, and on
+// GitHub's hosts an admitted one gets the user's token, which routerd
+// reads from the credential dir only the router mounts.
+
+// forgeFile is inspect.json's "forge" part, as the launcher writes it.
+type forgeFile struct {
+	Roles     map[string]string `json:"roles"`
+	Repos     []string          `json:"repos"`
+	Publish   []string          `json:"publish"`
+	Allow     []string          `json:"allow"`
+	TokenFile string            `json:"token_file"`
+}
+
+// forgePolicy is that part loaded.
+type forgePolicy struct {
+	roles     map[string]forge.Role
+	repos     map[string]bool
+	publish   map[string]bool
+	allow     map[string]bool
+	tokenFile string
+}
+
+func parseForge(f *forgeFile) (*forgePolicy, error) {
+	fp := &forgePolicy{roles: map[string]forge.Role{}, repos: map[string]bool{}, publish: map[string]bool{}, allow: map[string]bool{}}
+	if f == nil {
+		return fp, nil
+	}
+	for h, r := range f.Roles {
+		role, err := forge.ParseRole(r)
+		if err != nil {
+			return nil, fmt.Errorf("forge role of %s: %w", h, err)
+		}
+		fp.roles[normalName(h)] = role
+	}
+	for _, r := range f.Repos {
+		fp.repos[strings.ToLower(r)] = true
+	}
+	for _, h := range f.Publish {
+		fp.publish[normalName(h)] = true
+	}
+	for _, a := range f.Allow {
+		fp.allow[a] = true
+	}
+	fp.tokenFile = f.TokenFile
+	return fp, nil
+}
+
+// tokenCache holds the user's token once read: it does not change
+// within a session.
+type tokenCache struct {
+	mu    sync.Mutex
+	path  string
+	value string
+}
+
+func (c *tokenCache) get(path string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.path == path && c.value != "" {
+		return c.value, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" || strings.ContainsAny(v, " \t\r\n") {
+		return "", fmt.Errorf("%s holds no token", path)
+	}
+	c.path, c.value = path, v
+	return v, nil
+}
+
+// checkForge applies host's forge rules to r, whose credentials are gone
+// already. It answers a refused request itself and returns false; an
+// admitted one on GitHub's hosts leaves with the user's token.
+func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) bool {
+	fp := p.policy.Load().forge
+	role, ok := fp.roles[host]
+	if !ok {
+		return true
+	}
+	scope := forge.Scope{Repos: fp.repos, Allow: fp.allow, Publish: fp.publish[host] || p.cfg.PublishOpen}
+	// Headers that would make the host read the request as another
+	// method than the rules did.
+	for _, h := range []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} {
+		r.Header.Del(h)
+	}
+	req := forge.Request{Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
+		ContentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ",")}
+	if forge.NeedsBody(role, r.Method, req.Path) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, forge.MaxBody+1))
+		if err != nil {
+			http.Error(w, "routerd: cannot read the request", http.StatusBadRequest)
+			return false
+		}
+		if len(body) > forge.MaxBody {
+			p.refuseForge(w, r, host, role, forge.Decision{Refused: true, Status: http.StatusRequestEntityTooLarge, Rule: "forge.unreadable",
+				Reason: "the request's body is larger than the router reads to decide on it"})
+			return false
+		}
+		req.Body = body
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		r.Header.Del("Transfer-Encoding")
+	}
+	d := forge.Check(role, req, scope)
+	if d.Refused && p.cfg.ForgeScopeOff && (d.Rule == "github.push" || d.Rule == "github.repo_write") {
+		d = forge.Decision{}
+	}
+	if d.Refused {
+		p.refuseForge(w, r, host, role, d)
+		return false
+	}
+	if fp.tokenFile == "" || (role != forge.GitHubGit && role != forge.GitHubAPI) {
+		return true
+	}
+	tok, err := p.tokens.get(fp.tokenFile)
+	if err != nil {
+		p.cfg.Log.Printf("inspect %s: the user's token: %v", host, err)
+		http.Error(w, "routerd: cannot read the user's token", http.StatusBadGateway)
+		return false
+	}
+	if role == forge.GitHubGit {
+		// What git sends a token in: Basic, with GitHub's user name for
+		// tokens.
+		r.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+tok)))
+	} else {
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	// The launcher counts these lines for its report, as nginx's
+	// credential proxy's.
+	fmt.Fprintf(p.cfg.Out, "credentials host=%s method=%s\n", host, token(r.Method))
+	return true
+}
+
+func (p *Proxy) refuseForge(w http.ResponseWriter, r *http.Request, host string, role forge.Role, d forge.Decision) {
+	repo := d.Repo
+	if repo == "" || strings.Trim(strings.ToLower(repo), "abcdefghijklmnopqrstuvwxyz0123456789._/-") != "" {
+		repo = "-"
+	}
+	fmt.Fprintf(p.cfg.Out, "forge-refused host=%s method=%q path=%q rule=%s repo=%s status=%d\n",
+		host, r.Method, r.URL.EscapedPath(), d.Rule, repo, d.Status)
+	ct, body := forge.ErrorBody(role, d)
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(d.Status)
+	_, _ = w.Write(body)
+}

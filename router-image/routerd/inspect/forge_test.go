@@ -1,0 +1,120 @@
+package inspect
+
+import (
+	"encoding/base64"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// GitHub's hosts get the user's token in place of the agent's, and only
+// for writes the scope admits; a refused write never leaves the router
+// and says why; a registry is read-only unless publishing is allowed.
+func TestForgeAddsTheTokenAndRefusesWritesOutOfScope(t *testing.T) {
+	u := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	tokenFile := filepath.Join(t.TempDir(), "github.token")
+	if err := os.WriteFile(tokenFile, []byte("ghp_USERTOKEN\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := defaultConfig(u)
+	c.forge = &forgeFile{
+		Roles:     map[string]string{"allowed.test": "github-git", "api.example.com": "github-api", "removed.test": "registry-npm"},
+		Repos:     []string{"me/proj"},
+		TokenFile: tokenFile,
+	}
+	e := startEnv(t, c)
+	cl := e.client(false)
+	do := func(method, url string) (*http.Response, string) {
+		req, _ := http.NewRequest(method, url, strings.NewReader(`{"title":"x"}`))
+		req.Header.Set("Authorization", "token AGENT-PLACEHOLDER")
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+
+	resp, _ := do("POST", "https://api.example.com/repos/Me/Proj/issues")
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("own repository: status %d", resp.StatusCode)
+	}
+	if got := u.last(t).Header.Get("Authorization"); got != "Bearer ghp_USERTOKEN" {
+		t.Errorf("API host got Authorization %q, want the user's token", got)
+	}
+	resp, _ = do("POST", "https://allowed.test/me/proj.git/git-receive-pack")
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("own push: status %d", resp.StatusCode)
+	}
+	if got, want := u.last(t).Header.Get("Authorization"), "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:ghp_USERTOKEN")); got != want {
+		t.Errorf("git host got Authorization %q, want %q", got, want)
+	}
+
+	before := u.hits.Load()
+	resp, body := do("POST", "https://api.example.com/repos/other/lib/issues")
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "--repo other/lib") {
+		t.Errorf("another repository: status %d, body %q", resp.StatusCode, body)
+	}
+	resp, body = do("POST", "https://allowed.test/other/lib.git/git-receive-pack")
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "github.push") {
+		t.Errorf("another repository's push: status %d, body %q", resp.StatusCode, body)
+	}
+	resp, _ = do("PUT", "https://removed.test/left-pad")
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a publish: status %d", resp.StatusCode)
+	}
+	if n := u.hits.Load(); n != before {
+		t.Errorf("%d refused requests reached the upstream", n-before)
+	}
+	e.waitOut(t, `forge-refused host=api.example.com method="POST" path="/repos/other/lib/issues" rule=github.repo_write repo=other/lib status=403`)
+	e.waitOut(t, `forge-refused host=removed.test method="PUT" path="/left-pad" rule=registry.publish repo=- status=403`)
+	e.waitOut(t, "credentials host=api.example.com method=POST")
+	if strings.Contains(e.out.String(), "USERTOKEN") || strings.Contains(e.logs.String(), "USERTOKEN") {
+		t.Error("LEAK: the token is in the router's log")
+	}
+
+	// A read of any repository passes, with the token.
+	resp, _ = do("GET", "https://api.example.com/repos/other/lib")
+	if resp.StatusCode != http.StatusCreated || u.last(t).Header.Get("Authorization") != "Bearer ghp_USERTOKEN" {
+		t.Errorf("a read: status %d, Authorization %q", resp.StatusCode, u.last(t).Header.Get("Authorization"))
+	}
+}
+
+// Without a token file nothing is added, and the rules hold all the same.
+func TestForgeWithoutATokenAddsNothing(t *testing.T) {
+	u := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	c := defaultConfig(u)
+	c.forge = &forgeFile{Roles: map[string]string{"api.example.com": "github-api"}, Repos: []string{"me/proj"}}
+	e := startEnv(t, c)
+	req, _ := http.NewRequest("POST", "https://api.example.com/repos/me/proj/issues", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "token ATTACKER")
+	resp, err := e.client(false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := u.last(t).Header.Get("Authorization"); got != "" {
+		t.Errorf("Authorization %q reached the upstream", got)
+	}
+	req, _ = http.NewRequest("POST", "https://api.example.com/gists", strings.NewReader("{}"))
+	resp, err = e.client(false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a gist without a token: status %d", resp.StatusCode)
+	}
+}
+
+func TestForgeConfigRefusesAnUnknownRole(t *testing.T) {
+	if _, err := parsePolicy(&file{Forge: &forgeFile{Roles: map[string]string{"x.test": "forge-of-doom"}}}); err == nil {
+		t.Error("an unknown role was taken")
+	}
+}
