@@ -28,7 +28,7 @@ func run(ctx context.Context, args []string, getenv func(string) (string, bool),
 
 func newRootCommand(ctx context.Context, set settings) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--env NAME | --home VOLUME]... [--exec CMD [ARGS...] | claude args...]",
+		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
@@ -38,11 +38,15 @@ with --env, before --exec or claude's own arguments; API keys in your
 environment or stored with "agent-sandbox secret" are added by the router
 instead, and the agent gets placeholders. Each project directory
 has a home volume of its own at /home/claude; --home VOLUME (or
-AGENT_SANDBOX_HOME_VOLUME) names one to share instead.`,
+AGENT_SANDBOX_HOME_VOLUME) names one to share instead. With a GitHub token
+(GH_TOKEN, GITHUB_TOKEN or "agent-sandbox secret set github") the router
+adds it for writes to the repositories the project's git remotes name;
+--repo OWNER/NAME admits another for the session.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
-  agent-sandbox --env GITHUB_TOKEN   # pass one host variable in
+  agent-sandbox --env AWS_PROFILE    # pass one host variable in
+  agent-sandbox --repo me/docs       # also admit GitHub writes to me/docs
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.
