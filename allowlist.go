@@ -343,6 +343,11 @@ func lintAllowlist(entries []entry) []string {
 			out = append(out, fmt.Sprintf("allowlist entry %s: %s; anything the agent sends there, anyone can fetch; remove it unless you need it", e, why))
 			continue
 		}
+		if e.Port == 22 && (e.Host == "github.com" || e.Host == "gitlab.com" || e.Host == "bitbucket.org" || e.Host == "ssh.github.com") {
+			// Lists copied from the default before issue 22 still have it.
+			out = append(out, fmt.Sprintf("allowlist entry %s relays git over ssh unread: any key the agent brings pushes anywhere there; the sandbox's git uses HTTPS, where the router adds your token and scopes writes (agent-sandbox deny %s)", e, e))
+			continue
+		}
 		if !e.Wildcard {
 			continue
 		}

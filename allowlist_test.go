@@ -224,6 +224,8 @@ func TestLintAllowlist(t *testing.T) {
 		{"eo1234.m.pipedream.net", "a request catcher (pipedream.net)"},
 		{"*.oast.fun", "an out-of-band interaction catcher"},
 		{"transfer.sh:2222", "a file drop"},
+		{"github.com:22", "relays git over ssh unread: any key the agent brings pushes anywhere there"},
+		{"gitlab.com:22", "agent-sandbox deny gitlab.com:22"},
 	}
 	for _, tc := range warned {
 		e, err := parseEntry(tc.line)
@@ -235,14 +237,14 @@ func TestLintAllowlist(t *testing.T) {
 			t.Errorf("%s: %d warnings %q, want 1", tc.line, len(got), got)
 			continue
 		}
-		if !strings.Contains(got[0], "allowlist entry "+e.String()+":") || !strings.Contains(got[0], tc.want) {
+		if !strings.Contains(got[0], "allowlist entry "+e.String()) || !strings.Contains(got[0], tc.want) {
 			t.Errorf("%s: warning %q, want it to name the entry and say %q", tc.line, got[0], tc.want)
 		}
 	}
 	quiet := []string{
 		"github.com", "*.github.com", "api.github.com", "myorg.github.io", "*.myorg.github.io",
 		"raw.githubusercontent.com", "*.example.com", "bucket.s3.amazonaws.com", "registry.npmjs.org",
-		"*.pythonhosted.org", "github.com:22", "pastebin.example.com", "notngrok.io",
+		"*.pythonhosted.org", "git.example.com:22", "pastebin.example.com", "notngrok.io",
 	}
 	for _, line := range quiet {
 		e, err := parseEntry(line)

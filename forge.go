@@ -112,12 +112,18 @@ func (f forgeSetup) forgeHosts() []string {
 	return out
 }
 
-// withRepos sets the scope: the repositories the launch dir's git remotes
-// name on GitHub (each repository the scan found), and those of --repo.
+// withRepos sets the scope: the repositories that `git push` in the
+// launch dir's own repository goes to by its config (origin, pushDefault,
+// pushRemote: projectdir's PushURLs), and those of --repo. Repositories
+// further down the tree (a clone, a submodule, one the agent made in an
+// earlier session) do not count: --repo names them.
 func (f forgeSetup) withRepos(tree projectdir.Tree, flagRepos []string) forgeSetup {
 	seen := map[string]bool{}
 	for _, r := range tree.Repos {
-		for _, remote := range r.Remotes {
+		if r.Dir != ".git" {
+			continue
+		}
+		for _, remote := range r.PushURLs {
 			if repo, ok := forge.RepoOfRemote(remote, f.gitHost); ok {
 				seen[repo] = true
 			}
@@ -142,7 +148,7 @@ func (f forgeSetup) startLine() string {
 	}
 	scope := "no repository: every write is refused (--repo OWNER/NAME admits one)"
 	if len(f.repos) > 0 {
-		scope = strings.Join(f.repos, ", ") + " (the launch dir's remotes and --repo); others are refused"
+		scope = strings.Join(f.repos, ", ") + " (where git pushes from the launch dir, and --repo); others are refused"
 	}
 	return fmt.Sprintf("the router adds your GitHub token (%s) on %s; it admits writes to %s", f.source, strings.Join(f.forgeHosts(), ", "), scope)
 }
@@ -197,12 +203,21 @@ func gitRewriteEnv(gitHost string) map[string]string {
 // (inspect/forge.go): where, which rule and which repository, no header.
 var forgeRefused = regexp.MustCompile(`^forge-refused host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") rule=([a-z_.]+) repo=(\S*) status=(\d+)$`)
 
-// forgeSummary says which writes the router refused on GitHub and the
-// registries, each with how to allow it; "" when there was none.
+// forgeWrote is a write routerd passed with the user's token.
+var forgeWrote = regexp.MustCompile(`^forge-wrote host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") repo=([a-z0-9._/-]+)$`)
+
+// forgeSummary says which writes the router made with the user's GitHub
+// token, by repository, and which it refused on GitHub and the
+// registries, each with how to allow it; "" when there was neither.
 func forgeSummary(routerLog string) string {
 	type key struct{ host, what, rule, fix string }
 	refused := map[key]int{}
+	wrote := map[string]int{}
 	for _, line := range strings.Split(routerLog, "\n") {
+		if m := forgeWrote.FindStringSubmatch(strings.TrimSpace(line)); m != nil && printableHost.MatchString(m[1]) {
+			wrote[m[4]+" on "+m[1]]++
+			continue
+		}
 		m := forgeRefused.FindStringSubmatch(strings.TrimSpace(line))
 		if m == nil || !printableHost.MatchString(m[1]) {
 			continue
@@ -214,15 +229,24 @@ func forgeSummary(routerLog string) string {
 		}
 		refused[key{m[1], strings.TrimSpace(method + " " + path), m[4], forgeFix(m[4], m[5], m[1])}]++
 	}
-	if len(refused) == 0 {
-		return ""
+	var b strings.Builder
+	if len(wrote) > 0 {
+		var lines []string
+		for where, n := range wrote {
+			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s: %s\n", where, plural(n, "write")))
+		}
+		sort.Strings(lines)
+		b.WriteString("agent-sandbox: the agent wrote to GitHub in your name (your token, added by the router):\n" + strings.Join(lines, ""))
 	}
-	var lines []string
-	for k, n := range refused {
-		lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: %s\n", k.host, k.what, k.rule, plural(n, "time"), k.fix))
+	if len(refused) > 0 {
+		var lines []string
+		for k, n := range refused {
+			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: %s\n", k.host, k.what, k.rule, plural(n, "time"), k.fix))
+		}
+		sort.Strings(lines)
+		b.WriteString("agent-sandbox: the router refused writes outside what this session admits:\n" + strings.Join(lines, ""))
 	}
-	sort.Strings(lines)
-	return "agent-sandbox: the router refused writes outside what this session admits:\n" + strings.Join(lines, "")
+	return b.String()
 }
 
 // forgeFix is how the user allows what rule refused.

@@ -94,14 +94,16 @@ func TestGitHubTokenPrecedenceAndHandedIn(t *testing.T) {
 func TestForgeScopeComesFromTheRemotesAndRepo(t *testing.T) {
 	f := forgeSetup{gitHost: "github.com", token: true, source: "GH_TOKEN from your environment", roles: map[string]forge.Role{"github.com": forge.GitHubGit, "api.github.com": forge.GitHubAPI}}
 	tree := projectdir.Tree{Repos: []projectdir.Repo{
-		{Dir: ".git", Remotes: []string{"git@github.com:Me/Proj.git", "https://gitlab.com/me/proj.git"}},
-		{Dir: "vendor/x/.git", Remotes: []string{"https://github.com/me/proj"}},
+		{Dir: ".git", PushURLs: []string{"git@github.com:Me/Proj.git", "https://gitlab.com/me/proj.git"}},
+		// A repository down the tree (a clone, one the agent made) does
+		// not widen the scope.
+		{Dir: "vendor/x/.git", PushURLs: []string{"https://github.com/victim/infra"}},
 	}}
 	f = f.withRepos(tree, []string{"octo/extra"})
 	if !slices.Equal(f.repos, []string{"me/proj", "octo/extra"}) {
 		t.Errorf("repos = %q", f.repos)
 	}
-	if line := f.startLine(); !strings.Contains(line, "the router adds your GitHub token (GH_TOKEN from your environment) on api.github.com, github.com; it admits writes to me/proj, octo/extra") {
+	if line := f.startLine(); !strings.Contains(line, "the router adds your GitHub token (GH_TOKEN from your environment) on api.github.com, github.com; it admits writes to me/proj, octo/extra (where git pushes from the launch dir, and --repo)") {
 		t.Errorf("start line = %q", line)
 	}
 	if line := (forgeSetup{token: true}).startLine(); !strings.Contains(line, "every write is refused (--repo OWNER/NAME admits one)") {
@@ -132,6 +134,9 @@ func TestForgeSummarySaysHowToAllowEachRefusal(t *testing.T) {
 		`forge-refused host=registry.npmjs.org method="PUT" path="/left-pad" rule=registry.publish repo=- status=403`,
 		`forge-refused host=api.github.com method="POST" path="/x\n" rule=github.write_outside_repo repo=- status=403`,
 		`inspect host=github.com method=GET path="/" proto=HTTP/1.1 status=200 removed="-"`,
+		`forge-wrote host=github.com method="POST" path="/me/proj.git/git-receive-pack" repo=me/proj`,
+		`forge-wrote host=api.github.com method="POST" path="/repos/me/proj/issues" repo=me/proj`,
+		`forge-wrote host=api.github.com method="POST" path="/repos/me/proj/pulls" repo=me/proj`,
 	}, "\n")
 	got := forgeSummary(log)
 	for _, want := range []string{
@@ -140,6 +145,7 @@ func TestForgeSummarySaysHowToAllowEachRefusal(t *testing.T) {
 		"api.github.com POST /gists: rule github.gist, 1 time; to allow it: AGENT_SANDBOX_API_ALLOW=github.gist\n",
 		"registry.npmjs.org PUT /left-pad: rule registry.publish, 1 time; to allow it: AGENT_SANDBOX_PUBLISH=registry.npmjs.org\n",
 		"(a request that cannot be printed)",
+		"agent-sandbox: the agent wrote to GitHub in your name (your token, added by the router):\nagent-sandbox:   me/proj on api.github.com: 2 writes\nagent-sandbox:   me/proj on github.com: 1 write\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)

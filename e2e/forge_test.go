@@ -79,6 +79,13 @@ func forgeProject(t *testing.T) string {
 		t.Fatal(err)
 	}
 	mustGit(t, dir, "remote", "set-url", "origin", "https://"+gitHost+"/"+ownRepo+".git")
+	// Neither a remote the user only fetches from nor a repository down
+	// the tree (a clone, one an agent made in an earlier session) widens
+	// the scope.
+	mustGit(t, dir, "remote", "add", "upstream", "https://"+gitHost+"/"+otherRepo+".git")
+	nested := filepath.Join(dir, "nested", "lib")
+	mustGit(t, dir, "init", "-q", nested)
+	mustGit(t, nested, "remote", "add", "origin", "https://"+gitHost+"/"+otherRepo+".git")
 	return dir
 }
 
@@ -100,7 +107,7 @@ func serveForgeRepos(t *testing.T) {
 func (s *forgeSuite) probes() []probe {
 	n := s.n
 	api := "https://" + forgeAPIHost
-	curl := `curl -sS --max-time 15 -o /dev/null -w '%{http_code}' -H "Authorization: token $GH_TOKEN" `
+	curl := `curl -sS --max-time 15 -o /dev/null -w '%{http_code}' -H "Authorization: token $GH_TOKEN" -H "Content-Type: application/json" `
 	return []probe{
 		{"placeholder", `echo "GH_TOKEN=$GH_TOKEN"`},
 		{"own push", "git push -q origin HEAD:refs/heads/" + n["own"] + " 2>&1 && echo pushed"},
@@ -202,6 +209,9 @@ func rowForgeOtherPush(t *testing.T, ev *evidence) {
 	forgeS.run(t)
 	c, o := forgeS.closed, forgeS.opened
 	n := forgeS.n
+	if !strings.Contains(c.stderr, "it admits writes to "+ownRepo+" (") {
+		t.Errorf("the start does not admit %s alone (the launch dir also has an upstream remote and a nested repository for %s):\n%s", ownRepo, otherRepo, indent(c.stderr))
+	}
 	p := c.res["other push"]
 	if strings.Contains(p.Out, "rc=0") || !strings.Contains(p.Out, "403") {
 		t.Errorf("the push to %s: want it refused with 403: %s", otherRepo, p)
@@ -225,7 +235,7 @@ func rowForgeOtherPush(t *testing.T, ev *evidence) {
 		t.Errorf("with --repo %s the push did not land: the row is blind: %s", otherRepo, o.res["other push"])
 	}
 	if !t.Failed() {
-		ev.add("git push to %s got the router's 403 naming --repo %s, no receive-pack request for it in the fake's log, the exit report lists it (rule github.push); with --repo %s it landed (opened path)", otherRepo, otherRepo, otherRepo)
+		ev.add("the launch dir's repository fetches from %s (upstream remote) and holds a nested repository whose origin is %s, yet the start admitted %s alone; git push to %s got the router's 403 naming --repo %s, no receive-pack request for it in the fake's log, the exit report lists it (rule github.push); with --repo %s it landed (opened path)", otherRepo, otherRepo, ownRepo, otherRepo, otherRepo, otherRepo)
 	}
 }
 
@@ -257,7 +267,8 @@ func rowForgeREST(t *testing.T, ev *evidence) {
 	if p := c.res["rest other message"]; !strings.Contains(p.Out, "github.repo_write") || !strings.Contains(p.Out, "--repo "+otherRepo) {
 		t.Errorf("the REST refusal does not name its rule and fix: %s", p)
 	}
-	for _, want := range []string{"rule github.repo_write", "rule github.gist", "AGENT_SANDBOX_API_ALLOW=github.gist", "rule github.graphql_mutation"} {
+	for _, want := range []string{"rule github.repo_write", "rule github.gist", "AGENT_SANDBOX_API_ALLOW=github.gist", "rule github.graphql_mutation",
+		"the agent wrote to GitHub in your name", ownRepo + " on " + forgeAPIHost + ": 1 write", ownRepo + " on " + gitHost + ": 1 write"} {
 		if !strings.Contains(c.stderr, want) {
 			t.Errorf("the exit report lacks %q:\n%s", want, indent(c.stderr))
 		}

@@ -602,15 +602,18 @@ func TestAConfigSectionNameIsQuotedInTheReport(t *testing.T) {
 	}
 }
 
-// The session's GitHub writes are scoped to the remotes of the repositories
-// the scan finds: those of each repository's own config, never of a file
-// it includes (which the agent could have made in an earlier session).
-func TestScanReadsTheRemotesOfEachRepositorysOwnConfig(t *testing.T) {
+// The session's GitHub writes are scoped to where `git push` goes by each
+// repository's own config: origin, pushDefault and pushRemote, by pushurl
+// where set; never a remote of a file it includes (which the agent could
+// have made in an earlier session), nor one the user only fetches from.
+func TestScanReadsWhereEachRepositoryPushes(t *testing.T) {
 	root := t.TempDir()
 	files(t, root, map[string]string{
 		".git/config": "[core]\n\tbare = false\n[include]\n\tpath = extra.inc\n" +
-			"[remote \"origin\"]\n\turl = https://github.com/me/proj.git\n\tpushurl = git@github.com:me/proj-push.git\n[remote \"up\"]\n\turl = git@github.com:them/proj\n",
-		".git/extra.inc":           "[remote \"evil\"]\n\turl = https://github.com/attacker/loot\n",
+			"[remote \"origin\"]\n\turl = https://github.com/me/proj.git\n\tpushurl = git@github.com:me/proj-push.git\n" +
+			"[remote \"upstream\"]\n\turl = git@github.com:them/proj\n\tpushurl = DISABLE\n" +
+			"[remote \"fork\"]\n\turl = https://github.com/me/fork\n[branch \"wip\"]\n\tpushRemote = fork\n\tremote = upstream\n",
+		".git/extra.inc":           "[remote \"origin\"]\n\tpushurl = https://github.com/attacker/loot\n[remote]\n\tpushDefault = evil\n",
 		".git/HEAD":                "ref: refs/heads/main\n",
 		".git/objects/":            "",
 		".git/refs/":               "",
@@ -622,12 +625,12 @@ func TestScanReadsTheRemotesOfEachRepositorysOwnConfig(t *testing.T) {
 	_, tree := scan(t, root)
 	got := map[string][]string{}
 	for _, r := range tree.Repos {
-		got[r.Dir] = r.Remotes
+		got[r.Dir] = r.PushURLs
 	}
-	if want := []string{"https://github.com/me/proj.git", "git@github.com:me/proj-push.git", "git@github.com:them/proj"}; !slices.Equal(got[".git"], want) {
-		t.Errorf(".git remotes = %q, want %q", got[".git"], want)
+	if want := []string{"git@github.com:me/proj-push.git", "https://github.com/me/fork"}; !slices.Equal(got[".git"], want) {
+		t.Errorf(".git pushes to %q, want %q", got[".git"], want)
 	}
 	if want := []string{"https://github.com/other/lib"}; !slices.Equal(got["vendor/lib/.git"], want) {
-		t.Errorf("vendor/lib/.git remotes = %q, want %q", got["vendor/lib/.git"], want)
+		t.Errorf("vendor/lib/.git pushes to %q, want %q", got["vendor/lib/.git"], want)
 	}
 }

@@ -96,11 +96,10 @@ type Repo struct {
 	// WorktreeConfig is extensions.worktreeConfig: git reads
 	// config.worktree.
 	WorktreeConfig bool
-	// Remotes are the remote.*.url and remote.*.pushurl values of the
-	// repository's own config file (not of the files it includes, which
-	// the agent may have made): the session's GitHub writes are scoped
-	// to the repositories they name.
-	Remotes []string
+	// PushURLs are where `git push` in this repository sends by the
+	// user's own config (pushRemotes): the session's GitHub writes are
+	// scoped to the repositories they name.
+	PushURLs []string
 }
 
 // Host is what the scan needs to know of the user's machine.
@@ -648,6 +647,8 @@ func (w *walker) readConfig(repo *Repo) {
 		}
 	}
 	seen := map[string]bool{}
+	remotes := pushRemotes{urls: map[string][]string{}, pushURLs: map[string][]string{}}
+	defer func() { repo.PushURLs = remotes.targets() }()
 	for i := 0; i < len(configs); i++ {
 		file := configs[i]
 		if seen[file] {
@@ -669,8 +670,8 @@ func (w *walker) readConfig(repo *Repo) {
 		for _, e := range parseGitConfig(data) {
 			section, _, key := e.parts()
 			switch {
-			case i == 0 && section == "remote" && (key == "url" || key == "pushurl"):
-				repo.Remotes = append(repo.Remotes, e.Value)
+			case i == 0 && (section == "remote" || section == "branch"):
+				remotes.see(e, section, key)
 			case e.Name == "core.hookspath":
 				hooksPath = e.Value
 			case e.Name == "core.worktree":
@@ -719,6 +720,47 @@ func (w *walker) readConfig(repo *Repo) {
 		}
 	}
 	w.hookLinks(repo)
+}
+
+// pushRemotes collects, from a repository's own config file only (never a
+// file it includes, which the agent may have made), the remotes the user
+// pushes to: origin, remote.pushDefault and each branch.*.pushRemote, by
+// their pushurl where one is set (git pushes there instead of url). Other
+// remotes (an upstream the user fetches from) are not push targets.
+type pushRemotes struct {
+	urls, pushURLs map[string][]string
+	names          []string
+}
+
+func (p *pushRemotes) see(e ConfigEntry, section, key string) {
+	_, sub, _ := e.parts()
+	switch {
+	case section == "remote" && sub == "" && key == "pushdefault":
+		p.names = append(p.names, e.Value)
+	case section == "remote" && key == "url":
+		p.urls[sub] = append(p.urls[sub], e.Value)
+	case section == "remote" && key == "pushurl":
+		p.pushURLs[sub] = append(p.pushURLs[sub], e.Value)
+	case section == "branch" && key == "pushremote":
+		p.names = append(p.names, e.Value)
+	}
+}
+
+func (p *pushRemotes) targets() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, name := range append([]string{"origin"}, p.names...) {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		urls := p.pushURLs[name]
+		if len(urls) == 0 {
+			urls = p.urls[name]
+		}
+		out = append(out, urls...)
+	}
+	return out
 }
 
 // hookLinks finds the links in a repository's hook dirs: git runs what

@@ -63,6 +63,9 @@ type Request struct {
 	// Check must read is refused unless it is plain, since the server
 	// would read what the router cannot.
 	ContentEncoding string
+	// ContentType is the request's Content-Type: a GraphQL body must say
+	// JSON, since a server may read another type otherwise.
+	ContentType string
 }
 
 // Decision is what to do with a request.

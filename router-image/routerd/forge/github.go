@@ -30,8 +30,9 @@ var contentKinds = map[string]string{
 	"check-runs":   "check runs, what CI reports on a commit",
 	"check-suites": "check suites, what CI reports on a commit",
 	"merges":       "merging one branch into another, what a push writes",
-	"forks":        "a fork of the repository into the user's account, a copy of what the session may already read",
 	"deployments":  "deployments and their statuses, a record the repository's CI reads",
+	// Not forks: a fork is a new repository in the user's account or in
+	// an organisation the body names (github.account).
 }
 
 // accountKinds are the first segments of the API's paths that write in
@@ -42,6 +43,10 @@ var accountKinds = map[string]bool{
 	"authorizations": true, "applications": true,
 	"app": true, "apps": true, "app-manifests": true, "installation": true,
 	"admin": true, "enterprises": true,
+	// /hub subscribes a webhook to any repository the user administers;
+	// /organizations/{id} is /orgs by number; /forks is not a path, but
+	// a repository's forks are made in an account.
+	"hub": true, "organizations": true,
 }
 
 // checkGit decides a request to github.com: git's smart HTTP, git LFS
@@ -187,7 +192,15 @@ func lfsBatch(segs []string, r Request, s Scope) Decision {
 	if err != nil {
 		return unreadable("the LFS batch request is not JSON the sandbox can read: "+err.Error(), "send the batch request as git-lfs does")
 	}
-	if op, _ := doc["operation"].(string); op == "download" {
+	// The server may read keys without regard to case (Go's JSON does):
+	// only one key that spells operation, and that one in lowercase.
+	ops := 0
+	for k := range doc {
+		if strings.EqualFold(k, "operation") {
+			ops++
+		}
+	}
+	if op, _ := doc["operation"].(string); op == "download" && ops == 1 {
 		return admit("")
 	}
 	return outOfScope("github.lfs_upload", repo, "uploading LFS objects to "+repo, s)
@@ -247,6 +260,15 @@ func repoWrite(r Request, segs []string, s Scope) Decision {
 	kind := ""
 	if len(segs) > 3 {
 		kind = strings.ToLower(segs[3])
+	}
+	if kind == "forks" {
+		return refusable(s, "github.account", repo, fmt.Sprintf("%s %s makes a new repository in your account or an organisation", r.Method, r.Path))
+	}
+	if kind == "contents" && len(segs) > 4 && strings.EqualFold(segs[4], ".github") {
+		// The files there are the repository's automation (workflows
+		// run with its secrets) and its settings (CODEOWNERS,
+		// dependabot): a change through the API is a change of control.
+		return refusable(s, "github.repo_settings", repo, fmt.Sprintf("%s %s changes %s's workflows or settings under .github", r.Method, r.Path, repo))
 	}
 	if _, ok := contentKinds[kind]; ok {
 		return admit(repo)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"mime"
 	"strings"
 	"unicode/utf8"
 )
@@ -30,6 +31,9 @@ func checkGraphQL(r Request, s Scope) Decision {
 	if write(r.Method) || len(r.Body) > 0 {
 		if d, ok := readableBody(r); !ok {
 			return d
+		}
+		if mt, _, err := mime.ParseMediaType(r.ContentType); r.ContentType != "" && (err != nil || mt != "application/json") {
+			return unreadable("a GraphQL body of type "+r.ContentType+" is not read as JSON by every server", "send it as application/json, as gh api graphql does")
 		}
 		q, err := graphQLBody(r.Body)
 		if err != nil {

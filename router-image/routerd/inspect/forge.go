@@ -105,7 +105,8 @@ func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) 
 		r.Header.Del(h)
 	}
 	req := forge.Request{Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
-		ContentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ",")}
+		ContentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ","),
+		ContentType:     strings.Join(r.Header.Values("Content-Type"), ",")}
 	if forge.NeedsBody(role, r.Method, req.Path) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, forge.MaxBody+1))
 		if err != nil {
@@ -131,6 +132,9 @@ func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) 
 		p.refuseForge(w, r, host, role, d)
 		return false
 	}
+	if d.Allowed != "" {
+		fmt.Fprintf(p.cfg.Out, "forge-allowed host=%s method=%q path=%q rule=%s\n", host, r.Method, r.URL.EscapedPath(), d.Allowed)
+	}
 	if fp.tokenFile == "" || (role != forge.GitHubGit && role != forge.GitHubAPI) {
 		return true
 	}
@@ -148,20 +152,28 @@ func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) 
 		r.Header.Set("Authorization", "Bearer "+tok)
 	}
 	// The launcher counts these lines for its report, as nginx's
-	// credential proxy's.
+	// credential proxy's, and lists the writes made in the user's name.
 	fmt.Fprintf(p.cfg.Out, "credentials host=%s method=%s\n", host, token(r.Method))
+	if write := r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions; write && d.Repo != "" {
+		fmt.Fprintf(p.cfg.Out, "forge-wrote host=%s method=%q path=%q repo=%s\n", host, r.Method, r.URL.EscapedPath(), safeRepo(d.Repo))
+	}
 	return true
 }
 
 func (p *Proxy) refuseForge(w http.ResponseWriter, r *http.Request, host string, role forge.Role, d forge.Decision) {
-	repo := d.Repo
-	if repo == "" || strings.Trim(strings.ToLower(repo), "abcdefghijklmnopqrstuvwxyz0123456789._/-") != "" {
-		repo = "-"
-	}
+	repo := safeRepo(d.Repo)
 	fmt.Fprintf(p.cfg.Out, "forge-refused host=%s method=%q path=%q rule=%s repo=%s status=%d\n",
 		host, r.Method, r.URL.EscapedPath(), d.Rule, repo, d.Status)
 	ct, body := forge.ErrorBody(role, d)
 	w.Header().Set("Content-Type", ct)
 	w.WriteHeader(d.Status)
 	_, _ = w.Write(body)
+}
+
+// safeRepo is a repository's name as the log may print it, "-" for none.
+func safeRepo(repo string) string {
+	if repo == "" || strings.Trim(strings.ToLower(repo), "abcdefghijklmnopqrstuvwxyz0123456789._/-") != "" {
+		return "-"
+	}
+	return repo
 }

@@ -75,6 +75,8 @@ func TestForgeAddsTheTokenAndRefusesWritesOutOfScope(t *testing.T) {
 	e.waitOut(t, `forge-refused host=api.example.com method="POST" path="/repos/other/lib/issues" rule=github.repo_write repo=other/lib status=403`)
 	e.waitOut(t, `forge-refused host=removed.test method="PUT" path="/left-pad" rule=registry.publish repo=- status=403`)
 	e.waitOut(t, "credentials host=api.example.com method=POST")
+	e.waitOut(t, `forge-wrote host=api.example.com method="POST" path="/repos/Me/Proj/issues" repo=me/proj`)
+	e.waitOut(t, `forge-wrote host=allowed.test method="POST" path="/me/proj.git/git-receive-pack" repo=me/proj`)
 	if strings.Contains(e.out.String(), "USERTOKEN") || strings.Contains(e.logs.String(), "USERTOKEN") {
 		t.Error("LEAK: the token is in the router's log")
 	}
