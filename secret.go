@@ -102,6 +102,9 @@ func kindNoun(k *credKind) string {
 	if strings.HasSuffix(k.secret, "-oauth") {
 		return "OAuth token"
 	}
+	if k.provider.forge {
+		return "token"
+	}
 	return "API key"
 }
 
