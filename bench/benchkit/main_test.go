@@ -108,6 +108,8 @@ t_bare 0.2
 t_agent 0.5
 t_session 0.9
 t_cli 1.0
+t_exit 0.04
+t_exit_long 0.3
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -118,10 +120,11 @@ t_cli 1.0
 	}
 	var out strings.Builder
 	missed := table(s, nil, &out)
-	// T_agent 2.5× meets ≤ 3; T_session 4.5× and 0.9× miss; the rest is
+	// T_agent 2.5× meets ≤ 3, the --exec date exit 40 ms ≤ 100 ms;
+	// T_session 4.5× and 0.9× miss, so does the long exit; the rest is
 	// not measured and so missed.
-	if missed != countTargets(nil)-1 {
-		t.Errorf("missed = %d, want %d\n%s", missed, countTargets(nil)-1, out.String())
+	if missed != countTargets(nil)-2 {
+		t.Errorf("missed = %d, want %d\n%s", missed, countTargets(nil)-2, out.String())
 	}
 	if !strings.Contains(out.String(), "| 2.50 | ≤ 3 × T_bare | yes |") {
 		t.Errorf("T_agent row missing:\n%s", out.String())
@@ -130,8 +133,12 @@ t_cli 1.0
 	// A run of the start-up part alone counts only its own targets.
 	out.Reset()
 	groups := []string{"Start-up"}
-	if missed, n := table(s, groups, &out), countTargets(groups); missed != 2 || n != 3 {
-		t.Errorf("start-up only: missed %d of %d, want 2 of 3\n%s", missed, n, out.String())
+	// The exits: 40 ms meets ≤ 100 ms, 300 ms misses.
+	if missed, n := table(s, groups, &out), countTargets(groups); missed != 3 || n != 5 {
+		t.Errorf("start-up only: missed %d of %d, want 3 of 5\n%s", missed, n, out.String())
+	}
+	if !strings.Contains(out.String(), "`--exec date` | 40.00 ms") || !strings.Contains(out.String(), "a 5 s session | 300.00 ms") {
+		t.Errorf("the exit rows:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "Data path") {
 		t.Errorf("a group that did not run is shown:\n%s", out.String())
