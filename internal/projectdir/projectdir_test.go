@@ -634,3 +634,72 @@ func TestScanReadsWhereEachRepositoryPushes(t *testing.T) {
 		t.Errorf("vendor/lib/.git pushes to %q, want %q", got["vendor/lib/.git"], want)
 	}
 }
+
+// Where git pushes, as git decides it: pushDefault in place of origin,
+// pushInsteadOf for a push by url (not for a pushurl), insteadOf, the
+// longest prefix, rules from the user's own config too, and an empty value
+// that resets the list.
+func TestScanFollowsGitsPushRewrites(t *testing.T) {
+	root := t.TempDir()
+	home := t.TempDir()
+	files(t, home, map[string]string{".gitconfig": "[url \"https://github.com/me/\"]\n\tpushInsteadOf = https://github.com/bigorg/\n"})
+	files(t, root, map[string]string{
+		".git/config": "[remote]\n\tpushDefault = fork\n" +
+			"[remote \"origin\"]\n\turl = https://github.com/bigorg/proj\n" +
+			"[remote \"fork\"]\n\turl = https://github.com/bigorg/proj-fork\n" +
+			"[remote \"mirror\"]\n\turl = gh:old/x\n\turl =\n\turl = gh:new/x\n\tpushurl = https://github.com/bigorg/direct\n" +
+			"[branch \"m\"]\n\tpushRemote = mirror\n" +
+			"[url \"https://github.com/\"]\n\tinsteadOf = gh:\n",
+		".git/HEAD":     "ref: refs/heads/main\n",
+		".git/objects/": "",
+		".git/refs/":    "",
+	})
+	r, err := OpenRoot(root)
+	must(t, err)
+	t.Cleanup(func() { r.Close() })
+	tree, err := Scan(r, Bound{Dirs: 1000, Time: 5 * time.Second}, Host{Home: home, GitConfigs: []string{filepath.Join(home, ".gitconfig")}})
+	must(t, err)
+	var got []string
+	for _, repo := range tree.Repos {
+		got = repo.PushURLs
+	}
+	// fork (pushDefault, not origin) by the user's pushInsteadOf; mirror's
+	// explicit pushurl untouched by pushInsteadOf.
+	if want := []string{"https://github.com/me/proj-fork", "https://github.com/bigorg/direct"}; !slices.Equal(got, want) {
+		t.Errorf("pushes to %q, want %q", got, want)
+	}
+}
+
+// Issue 22's second review: git reads a remote from .git/branches/NAME or
+// .git/remotes/NAME for a name the config lacks, so a file left there
+// sends the user's plain `git push` to the agent's URL. No git writes one:
+// it is moved aside, new or changed.
+func TestLegacyRemoteFilesAreMovedAside(t *testing.T) {
+	root := repo(t)
+	files(t, root, map[string]string{".git/remotes/old": "URL: https://github.com/me/proj\n"})
+	r, before := scan(t, root)
+	plan, err := NewPlan(r, before)
+	must(t, err)
+	if !slices.Contains(plan.ReadOnly, ".git/remotes") || slices.Contains(plan.ReadOnly, ".git/branches") || slices.Contains(plan.Empty, ".git/branches") {
+		t.Errorf("an existing legacy remotes dir is not read-only, or a missing one is mounted: %+v", plan)
+	}
+	bs := Stamp(r, before)
+	files(t, root, map[string]string{
+		".git/branches/origin": "https://attacker.example/drop.git#main\n",
+		".git/remotes/old":     "URL: https://attacker.example/drop.git\nPush: refs/heads/*:refs/heads/*\n",
+	})
+	_, after := scan(t, root)
+	rep := Compare(r, before, bs, after, Stamp(r, after))
+	text := strings.Join(rep.Lines(), "\n")
+	for _, p := range []string{".git/branches/origin", ".git/remotes/old"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			t.Errorf("%s was not moved aside:\n%s", p, text)
+		}
+		if !strings.Contains(text, "moved aside: "+filepath.Join(root, p)) {
+			t.Errorf("the report does not name %s:\n%s", p, text)
+		}
+	}
+	if !strings.Contains(text, "a remote in git's legacy form") {
+		t.Errorf("the report does not say why:\n%s", text)
+	}
+}

@@ -42,6 +42,11 @@ func Stamp(r *Root, t Tree) Stamps {
 		for _, inc := range append(slices.Clone(repo.Includes), repo.HookTargets...) {
 			st.add(inc)
 		}
+		// Remotes in git's legacy files, which git reads for a name its
+		// config lacks (`git push` sends there) and never writes.
+		for _, d := range legacyRemoteDirs {
+			st.addTree(filepath.Join(repo.Dir, d), 4096)
+		}
 	}
 	for _, f := range t.GitFiles {
 		st.add(f)
@@ -308,6 +313,12 @@ func toolOfDir(p string) (string, bool) {
 	return "", false
 }
 
+// legacyRemoteDirs hold remotes as git kept them before its config did
+// (gitrepository-layout: branches/ and remotes/): git still reads a file
+// there for a remote name the config does not define, and no git writes
+// one.
+var legacyRemoteDirs = []string{"branches", "remotes"}
+
 // gitFileWhy says what git does with a file of a repository, and whether
 // its being new there is something git itself never does.
 func gitFileWhy(repo Repo, p string, old map[string]Repo, bs Stamps) (string, bool) {
@@ -317,6 +328,10 @@ func gitFileWhy(repo Repo, p string, old map[string]Repo, bs Stamps) (string, bo
 	atRoot := filepath.Dir(p) == repo.Dir
 	inOldWorktree := slices.Contains(prev.Worktrees, filepath.Dir(p))
 	switch {
+	case slices.Contains(legacyRemoteDirs, filepath.Base(filepath.Dir(p))) && filepath.Dir(filepath.Dir(p)) == repo.Dir:
+		// Changed ones too: git pushes to what the file names, so an
+		// existing one edited is as good as a new one to an attacker.
+		return "a remote in git's legacy form: git on this machine fetches and pushes (`git push` with no remote named) where it says, and git never writes one", true
 	case atRoot && base == "commondir":
 		if existed && isNew {
 			return "git never writes a commondir in a repository's own git dir: with it, git on this machine takes this repository's config and hooks from where it points", true

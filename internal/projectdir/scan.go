@@ -121,6 +121,10 @@ type walker struct {
 	r    *Root
 	t    Tree
 	host Host
+	// hostRewrites are the url.*.insteadOf and pushInsteadOf rules of the
+	// user's own git config, which git applies to every repository's
+	// remotes.
+	hostRewrites []ConfigEntry
 	// hostHooksPath is core.hooksPath from the user's own git config, which
 	// applies to every repository that does not set its own.
 	hostHooksPath string
@@ -149,6 +153,9 @@ func Scan(r *Root, bound Bound, host Host) (Tree, error) {
 		for _, e := range parseGitConfig(data) {
 			if e.Name == "core.hookspath" {
 				w.hostHooksPath = e.Value
+			}
+			if section, _, key := e.parts(); section == "url" && (key == "insteadof" || key == "pushinsteadof") {
+				w.hostRewrites = append(w.hostRewrites, e)
 			}
 		}
 	}
@@ -647,7 +654,7 @@ func (w *walker) readConfig(repo *Repo) {
 		}
 	}
 	seen := map[string]bool{}
-	remotes := pushRemotes{urls: map[string][]string{}, pushURLs: map[string][]string{}}
+	remotes := pushRemotes{urls: map[string][]string{}, pushURLs: map[string][]string{}, rewrites: append([]ConfigEntry(nil), w.hostRewrites...)}
 	defer func() { repo.PushURLs = remotes.targets() }()
 	for i := 0; i < len(configs); i++ {
 		file := configs[i]
@@ -670,7 +677,7 @@ func (w *walker) readConfig(repo *Repo) {
 		for _, e := range parseGitConfig(data) {
 			section, _, key := e.parts()
 			switch {
-			case i == 0 && (section == "remote" || section == "branch"):
+			case i == 0 && (section == "remote" || section == "branch" || section == "url"):
 				remotes.see(e, section, key)
 			case e.Name == "core.hookspath":
 				hooksPath = e.Value
@@ -724,43 +731,90 @@ func (w *walker) readConfig(repo *Repo) {
 
 // pushRemotes collects, from a repository's own config file only (never a
 // file it includes, which the agent may have made), the remotes the user
-// pushes to: origin, remote.pushDefault and each branch.*.pushRemote, by
-// their pushurl where one is set (git pushes there instead of url). Other
-// remotes (an upstream the user fetches from) are not push targets.
+// pushes to: remote.pushDefault (else origin) and each
+// branch.*.pushRemote, by their pushurl where one is set (git pushes there
+// instead of url), rewritten as git rewrites them (url.*.pushInsteadOf,
+// then url.*.insteadOf, from this config and the user's). Other remotes
+// (an upstream the user fetches from) are not push targets.
 type pushRemotes struct {
 	urls, pushURLs map[string][]string
-	names          []string
+	pushDefault    string
+	branchRemotes  []string
+	rewrites       []ConfigEntry
 }
 
 func (p *pushRemotes) see(e ConfigEntry, section, key string) {
 	_, sub, _ := e.parts()
+	// An empty value resets the list, as git (2.46 and later) reads it.
+	add := func(m map[string][]string) {
+		if e.Value == "" {
+			m[sub] = nil
+			return
+		}
+		m[sub] = append(m[sub], e.Value)
+	}
 	switch {
 	case section == "remote" && sub == "" && key == "pushdefault":
-		p.names = append(p.names, e.Value)
+		p.pushDefault = e.Value
 	case section == "remote" && key == "url":
-		p.urls[sub] = append(p.urls[sub], e.Value)
+		add(p.urls)
 	case section == "remote" && key == "pushurl":
-		p.pushURLs[sub] = append(p.pushURLs[sub], e.Value)
+		add(p.pushURLs)
 	case section == "branch" && key == "pushremote":
-		p.names = append(p.names, e.Value)
+		p.branchRemotes = append(p.branchRemotes, e.Value)
+	case section == "url" && (key == "insteadof" || key == "pushinsteadof"):
+		p.rewrites = append(p.rewrites, e)
 	}
 }
 
 func (p *pushRemotes) targets() []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, name := range append([]string{"origin"}, p.names...) {
+	first := "origin"
+	if p.pushDefault != "" {
+		first = p.pushDefault
+	}
+	for _, name := range append([]string{first}, p.branchRemotes...) {
 		if seen[name] {
 			continue
 		}
 		seen[name] = true
-		urls := p.pushURLs[name]
-		if len(urls) == 0 {
-			urls = p.urls[name]
+		if urls := p.pushURLs[name]; len(urls) > 0 {
+			// pushInsteadOf does not apply to an explicit pushurl.
+			for _, u := range urls {
+				out = append(out, p.rewrite(u, false))
+			}
+			continue
 		}
-		out = append(out, urls...)
+		for _, u := range p.urls[name] {
+			out = append(out, p.rewrite(u, true))
+		}
 	}
 	return out
+}
+
+// rewrite applies the longest matching url.<base>.pushInsteadOf (for a
+// push by url), else the longest url.<base>.insteadOf, as git does.
+func (p *pushRemotes) rewrite(u string, push bool) string {
+	best := func(key string) (string, int) {
+		base, n := "", -1
+		for _, e := range p.rewrites {
+			_, sub, k := e.parts()
+			if k == key && strings.HasPrefix(u, e.Value) && len(e.Value) > n {
+				base, n = sub, len(e.Value)
+			}
+		}
+		return base, n
+	}
+	if push {
+		if base, n := best("pushinsteadof"); n >= 0 {
+			return base + u[n:]
+		}
+	}
+	if base, n := best("insteadof"); n >= 0 {
+		return base + u[n:]
+	}
+	return u
 }
 
 // hookLinks finds the links in a repository's hook dirs: git runs what

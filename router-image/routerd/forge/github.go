@@ -2,6 +2,7 @@ package forge
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -264,7 +265,7 @@ func repoWrite(r Request, segs []string, s Scope) Decision {
 	if kind == "forks" {
 		return refusable(s, "github.account", repo, fmt.Sprintf("%s %s makes a new repository in your account or an organisation", r.Method, r.Path))
 	}
-	if kind == "contents" && len(segs) > 4 && strings.EqualFold(segs[4], ".github") {
+	if kind == "contents" && len(segs) > 4 && underDotGitHub(segs[4:]) {
 		// The files there are the repository's automation (workflows
 		// run with its secrets) and its settings (CODEOWNERS,
 		// dependabot): a change through the API is a change of control.
@@ -281,4 +282,16 @@ func repoWrite(r Request, segs []string, s Scope) Decision {
 func unclean(r Request, err error) Decision {
 	return unreadable(fmt.Sprintf("%s %q is refused: %s", r.Method, r.Path, err.Error()),
 		`send the plain path: no "//", "." or ".." segments, ";", backslashes or escapes in the owner or name`)
+}
+
+// underDotGitHub says whether a contents path (its escaped segments) lies
+// under .github/, as the server reads it once decoded: %2E, %62 and an
+// escaped slash spell it too. One that does not decode is taken to.
+func underDotGitHub(segs []string) bool {
+	p, err := url.PathUnescape(strings.Join(segs, "/"))
+	if err != nil {
+		return true
+	}
+	first, _, _ := strings.Cut(strings.TrimLeft(p, "/"), "/")
+	return strings.EqualFold(first, ".github")
 }

@@ -101,8 +101,12 @@ func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) 
 	scope := forge.Scope{Repos: fp.repos, Allow: fp.allow, Publish: fp.publish[host] || p.cfg.PublishOpen}
 	// Headers that would make the host read the request as another
 	// method than the rules did.
-	for _, h := range []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} {
-		r.Header.Del(h)
+	for name := range r.Header {
+		switch strings.ReplaceAll(strings.ToLower(name), "_", "-") {
+		case "x-http-method-override", "x-http-method", "x-method-override":
+			// Underscores too: some servers read them as dashes.
+			r.Header.Del(name)
+		}
 	}
 	req := forge.Request{Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery,
 		ContentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ","),

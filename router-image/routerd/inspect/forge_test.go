@@ -81,6 +81,21 @@ func TestForgeAddsTheTokenAndRefusesWritesOutOfScope(t *testing.T) {
 		t.Error("LEAK: the token is in the router's log")
 	}
 
+	// A method override, in any spelling, does not reach the host.
+	req, _ := http.NewRequest("POST", "https://api.example.com/repos/me/proj/issues", strings.NewReader("{}"))
+	req.Header["X_HTTP_METHOD_OVERRIDE"] = []string{"DELETE"}
+	req.Header.Set("X-Http-Method-Override", "DELETE")
+	if resp, err := cl.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	for name := range u.last(t).Header {
+		if strings.Contains(strings.ToLower(name), "override") {
+			t.Errorf("%s reached the upstream", name)
+		}
+	}
+
 	// A read of any repository passes, with the token.
 	resp, _ = do("GET", "https://api.example.com/repos/other/lib")
 	if resp.StatusCode != http.StatusCreated || u.last(t).Header.Get("Authorization") != "Bearer ghp_USERTOKEN" {
