@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/strictjson"
 )
 
 // Provider is an API the router holds a key for.
@@ -521,77 +523,10 @@ const (
 )
 
 // parseStrict reads a JSON object in one pass and refuses what two
-// parsers could read differently (a key twice in one object, data after
-// the object) and what costs more than a request needs.
+// parsers could read differently (a key twice in one object, invalid
+// UTF-8, data after the object) and what costs more than a request needs.
 func parseStrict(body []byte) (map[string]any, error) {
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	p := strictParser{d: d}
-	v, err := p.value(0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := d.Token(); err == nil {
-		return nil, fmt.Errorf("data after the JSON object")
-	}
-	doc, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("not a JSON object")
-	}
-	return doc, nil
-}
-
-type strictParser struct {
-	d      *json.Decoder
-	tokens int
-}
-
-func (p *strictParser) token() (json.Token, error) {
-	if p.tokens++; p.tokens > maxTokens {
-		return nil, fmt.Errorf("more than %d JSON values", maxTokens)
-	}
-	return p.d.Token()
-}
-
-func (p *strictParser) value(depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("JSON nested deeper than %d", maxDepth)
-	}
-	t, err := p.token()
-	if err != nil {
-		return nil, err
-	}
-	switch t {
-	case json.Delim('{'):
-		obj := map[string]any{}
-		for p.d.More() {
-			k, err := p.token()
-			if err != nil {
-				return nil, err
-			}
-			key, _ := k.(string)
-			if _, dup := obj[key]; dup {
-				return nil, fmt.Errorf("the key %q appears twice in one object", key)
-			}
-			if obj[key], err = p.value(depth + 1); err != nil {
-				return nil, err
-			}
-		}
-		_, err := p.token()
-		return obj, err
-	case json.Delim('['):
-		arr := []any{}
-		for p.d.More() {
-			v, err := p.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-		_, err := p.token()
-		return arr, err
-	}
-	return t, nil
+	return strictjson.Object(body, strictjson.Limits{Depth: maxDepth, Tokens: maxTokens})
 }
 
 // ErrorBody is a refusal in the provider's own error shape, so that the
