@@ -152,29 +152,8 @@ func TestForgeTokenGitAuth(t *testing.T) {
 		o.forgeAPIHosts, o.forgeToken = "api.forge.test", forgeTestToken
 	})
 	f.wantLog(t, "ready", " git=git.forge.test:"+root+" git-auth=/octo/secret.git forge=api.forge.test forge-token=on")
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, f.ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	git, mustGit := gitClient(t, f, "git.forge.test")
 	_, port, _ := net.SplitHostPort(f.r.tls.Addr().String())
-	git := func(dir string, args ...string) (string, error) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "http.sslCAInfo=" + caFile,
-			"-c", "http.curloptResolve=git.forge.test:" + port + ":127.0.0.1",
-			"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "HOME=" + t.TempDir(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS="}
-		out, err := cmd.CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-	mustGit := func(dir string, args ...string) string {
-		t.Helper()
-		out, err := git(dir, args...)
-		if err != nil {
-			t.Fatalf("git %s: %v\n%s\nfake log:\n%s", strings.Join(args, " "), err, out, f.log.String())
-		}
-		return out
-	}
 	if err := os.MkdirAll(filepath.Join(root, "octo"), 0o755); err != nil {
 		t.Fatal(err)
 	}

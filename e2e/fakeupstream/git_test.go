@@ -102,29 +102,8 @@ func TestGitAuthRepos(t *testing.T) {
 		o.gitHosts, o.gitRoot, o.gitAuthRepos = "git.allowed.test", root, "secret.git/, /other/"
 	})
 	f.wantLog(t, "ready", " git=git.allowed.test:"+root+" git-auth=/secret.git,/other")
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, f.ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	git, mustGit := gitClient(t, f, "git.allowed.test")
 	_, port, _ := net.SplitHostPort(f.r.tls.Addr().String())
-	git := func(dir string, args ...string) (string, error) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "http.sslCAInfo=" + caFile,
-			"-c", "http.curloptResolve=git.allowed.test:" + port + ":127.0.0.1",
-			"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "HOME=" + t.TempDir(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS="}
-		out, err := cmd.CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-	mustGit := func(dir string, args ...string) string {
-		t.Helper()
-		out, err := git(dir, args...)
-		if err != nil {
-			t.Fatalf("git %s: %v\n%s\nfake log:\n%s", strings.Join(args, " "), err, out, f.log.String())
-		}
-		return out
-	}
 	mustGit(root, "init", "-q", "--bare", "secret.git")
 	mustGit(root, "init", "-q", "--bare", "open.git")
 	work := t.TempDir()
@@ -178,4 +157,34 @@ func TestGitAuthRepos(t *testing.T) {
 	if _, err := newGitServer(&eventLog{w: &syncBuf{}}, "", root, "/secret.git"); err == nil {
 		t.Error("-git-auth-repos without -git-hosts: no error")
 	}
+}
+
+// gitClient runs git against the fake's git host over its TLS, trusting
+// the fake's CA: git returns the output and error, mustGit fails the test.
+func gitClient(t *testing.T, f *fixture, host string) (git func(dir string, args ...string) (string, error), mustGit func(dir string, args ...string) string) {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, f.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(f.r.tls.Addr().String())
+	git = func(dir string, args ...string) (string, error) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "http.sslCAInfo=" + caFile,
+			"-c", "http.curloptResolve=" + host + ":" + port + ":127.0.0.1",
+			"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "HOME=" + t.TempDir(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS="}
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	mustGit = func(dir string, args ...string) string {
+		t.Helper()
+		out, err := git(dir, args...)
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s\nfake log:\n%s", strings.Join(args, " "), err, out, f.log.String())
+		}
+		return out
+	}
+	return git, mustGit
 }
