@@ -30,6 +30,7 @@ var forgeRows = []secRow{
 	{46, "REST writes to another repository, a gist and a GraphQL mutation are refused and never arrive; REST writes to the project's repository, GraphQL queries and reads of any repository work; opened by --repo and AGENT_SANDBOX_API_ALLOW, they arrive", rowForgeREST},
 	{47, "an ssh remote (git@host:owner/name) clones over HTTPS with no key; the image's system git config rewrites github.com's; without the rewrite the clone fails", rowForgeSSHRewrite},
 	{48, "npm publish to a registry is refused by the router and never arrives; with AGENT_SANDBOX_PUBLISH naming the host it arrives", rowForgePublish},
+	{49, "a remote in git's legacy files (.git/branches, .git/remotes), which the user's own git push would follow, cannot be written where the dir exists and is moved aside at the end where it was new; left in place, git on the host reads it", rowForgeLegacyRemotes},
 }
 
 // forgeEnv is the launcher environment of the forge rows: the fake forge's
@@ -56,6 +57,8 @@ type forgeSuite struct {
 	opened forgeRun
 	// anon is the push of the project's branch without the user's token.
 	anon forgeRun
+	// dir is the closed session's launch dir.
+	dir string
 }
 
 type forgeRun struct {
@@ -86,6 +89,11 @@ func forgeProject(t *testing.T) string {
 	nested := filepath.Join(dir, "nested", "lib")
 	mustGit(t, dir, "init", "-q", nested)
 	mustGit(t, nested, "remote", "add", "origin", "https://"+gitHost+"/"+otherRepo+".git")
+	// As git init made it before 2.45 (row 49 writes there): a newer git
+	// makes no branches/.
+	if err := os.MkdirAll(filepath.Join(dir, ".git", "branches"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return dir
 }
 
@@ -122,6 +130,8 @@ func (s *forgeSuite) probes() []probe {
 		{"ssh clone", "git clone -q git@" + gitHost + ":" + otherRepo + ".git ssh-" + n["ssh"] + " 2>&1 && git -C ssh-" + n["ssh"] + " log --oneline | head -1 && git -C ssh-" + n["ssh"] + " remote get-url origin"},
 		{"ssh clone, no rewrite", "env -u GIT_CONFIG_COUNT git clone -q git@" + gitHost + ":" + otherRepo + ".git nossh-" + n["ssh"] + " 2>&1; echo rc=$?"},
 		{"github rewrite", "git ls-remote --get-url git@github.com:octocat/hello.git; git ls-remote --get-url ssh://git@github.com/octocat/hello.git; git config --system --get-all url.https://github.com/.insteadof"},
+		{"legacy branches", "printf 'https://attacker.test/x.git\\n' > .git/branches/evil 2>&1; echo rc=$?"},
+		{"legacy remotes", "mkdir -p .git/remotes && printf 'URL: https://attacker.test/x.git\\n' > .git/remotes/evil && echo written"},
 		{"npm publish", "mkdir -p pkg && cd pkg && printf '{\"name\":\"pkg-%s\",\"version\":\"1.0.0\"}' " + n["npm"] + " > package.json && " +
 			"printf '//" + npmHost + "/:_authToken=" + n["npm-token"] + "\\n' > .npmrc && npm publish --registry https://" + npmHost + "/ 2>&1 | tail -5; echo rc=$?"},
 	}
@@ -137,7 +147,8 @@ func (s *forgeSuite) run(t *testing.T) {
 		look := probe{"look", "python3 -S ./cred.py look " + halves(harness.forgeToken)}
 
 		mark := markFakeLog()
-		h := holdSession(t, relOpts{Dir: forgeProject(t), Timeout: 5 * time.Minute,
+		s.dir = forgeProject(t)
+		h := holdSession(t, relOpts{Dir: s.dir, Timeout: 5 * time.Minute,
 			Env: forgeEnv(map[string]string{"AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, forgeAllowlist)})},
 			append(s.probes(), look)...)
 		settleFakeLog(t, "the forge's closed session")
@@ -319,5 +330,34 @@ func rowForgePublish(t *testing.T, ev *evidence) {
 	}
 	if !t.Failed() {
 		ev.add("npm publish (with an .npmrc token of the agent's) to %s got the router's 403 and never arrived, the exit report lists it (rule registry.publish, AGENT_SANDBOX_PUBLISH=%s); with AGENT_SANDBOX_PUBLISH its PUT arrived (opened path), without the agent's token", npmHost, npmHost)
+	}
+}
+
+func rowForgeLegacyRemotes(t *testing.T, ev *evidence) {
+	forgeS.run(t)
+	c, dir := forgeS.closed, forgeS.dir
+	if p := c.res["legacy branches"]; !strings.Contains(p.Out, "Read-only file system") || strings.Contains(p.Out, "rc=0") {
+		t.Errorf("writing .git/branches/evil: want Read-only file system: %s", p)
+	}
+	wantOK(t, c.res, "legacy remotes", "written")
+	if _, err := os.Lstat(filepath.Join(dir, ".git/remotes/evil")); err == nil {
+		t.Errorf("LEAK: .git/remotes/evil is still in place after the session")
+	}
+	moved, _ := filepath.Glob(filepath.Join(dir, ".git/remotes/evil.agent-sandbox-moved-*"))
+	if len(moved) != 1 || !strings.Contains(c.stderr, "a remote in git's legacy form") {
+		t.Errorf("the new legacy remote was not moved aside and reported (%v):\n%s", moved, indent(c.stderr))
+	}
+	if out, _ := hostGit(t, dir, "ls-remote", "--get-url", "evil"); strings.TrimSpace(out) != "evil" {
+		t.Errorf("LEAK: git on the host still finds the remote evil: %s", out)
+	}
+	// Opened path: the same file left in place, git on the host pushes there.
+	if err := os.WriteFile(filepath.Join(dir, ".git/remotes/evil2"), []byte("URL: https://attacker.test/x.git\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := hostGit(t, dir, "ls-remote", "--get-url", "evil2"); strings.TrimSpace(out) != "https://attacker.test/x.git" {
+		t.Errorf("git on the host does not read a legacy remote file: the row is blind: %s", out)
+	}
+	if !t.Failed() {
+		ev.add("writing .git/branches/evil failed (Read-only file system); .git/remotes/evil, new, was moved aside at the end and reported, and git on the host finds no remote evil; the same file left in place (opened path) is read by git on the host: git ls-remote --get-url evil2 gives the agent's URL")
 	}
 }

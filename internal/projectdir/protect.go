@@ -113,6 +113,9 @@ func NewPlan(r *Root, t Tree) (Plan, error) {
 		// The user's remotes in git's legacy form stay as they are; a
 		// new one is moved aside at the end (report.go).
 		for _, d := range legacyRemoteDirs {
+			if mutated("legacy-remotes-open") {
+				break
+			}
 			if info, err := r.Lstat(filepath.Join(repo.Dir, d)); err == nil && info.IsDir() {
 				ro[filepath.Join(repo.Dir, d)] = true
 			}

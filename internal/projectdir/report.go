@@ -331,7 +331,7 @@ func gitFileWhy(repo Repo, p string, old map[string]Repo, bs Stamps) (string, bo
 	case slices.Contains(legacyRemoteDirs, filepath.Base(filepath.Dir(p))) && filepath.Dir(filepath.Dir(p)) == repo.Dir:
 		// Changed ones too: git pushes to what the file names, so an
 		// existing one edited is as good as a new one to an attacker.
-		return "a remote in git's legacy form: git on this machine fetches and pushes (`git push` with no remote named) where it says, and git never writes one", true
+		return "a remote in git's legacy form: git on this machine fetches and pushes (`git push` with no remote named) where it says, and git never writes one", !mutated("legacy-remotes-open")
 	case atRoot && base == "commondir":
 		if existed && isNew {
 			return "git never writes a commondir in a repository's own git dir: with it, git on this machine takes this repository's config and hooks from where it points", true
