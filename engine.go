@@ -277,16 +277,49 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 			_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
 		}
 	}
-	code, err := waitExited(ctx, name)
+	code, drained, err := waitRun(ctx, name, attachErr)
 	if err != nil {
 		return -1, fmt.Errorf("wait for %s: %w", name, err)
 	}
-	// Let the last output drain before teardown closes the stream.
-	select {
-	case <-attachErr:
-	case <-time.After(2 * time.Second):
+	if !drained {
+		// Let the last output drain before teardown closes the stream.
+		select {
+		case <-attachErr:
+		case <-time.After(2 * time.Second):
+		}
 	}
 	return int(code), nil
+}
+
+// waitRun waits for the attached container to exit. The attach stream
+// ends the moment the container's process does, so its end is the first
+// sign of the exit, in a session of any length; the service's wait, which
+// polls the container's state, would see it only on its grid (250 ms
+// after the first seconds). drained says the stream has ended, output
+// and all.
+func waitRun(ctx context.Context, name string, attachErr <-chan error) (code int32, drained bool, err error) {
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	type result struct {
+		code int32
+		err  error
+	}
+	polled := make(chan result, 1)
+	go func() {
+		c, err := waitExited(pollCtx, name)
+		polled <- result{c, err}
+	}()
+	select {
+	case r := <-polled:
+		return r.code, false, r.err
+	case <-attachErr:
+	}
+	stopPoll()
+	<-polled
+	// The exit is now, or the stream broke with the container running:
+	// the fine grid for a while, then the service's own.
+	code, err = waitExited(ctx, name)
+	return code, true, err
 }
 
 // The service's wait polls the container's state (no pidfd through the
