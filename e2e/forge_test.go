@@ -14,7 +14,7 @@ import (
 // Issue 22: writes only where the user means. The router adds the user's
 // GitHub token to requests to GitHub's hosts (here the fake forge:
 // gitHost, forgeAPIHost) and admits writes made with it only for the
-// repositories the launch dir's remotes name (and --repo's); registries
+// repositories git pushes to from the launch dir (and --repo's); registries
 // are read-only unless AGENT_SANDBOX_PUBLISH names the host. Two
 // sessions run the same probes: the closed one, and the opened one
 // (--repo other/lib, the GitHub rules allowed by name, publishing
