@@ -40,8 +40,9 @@ instead, and the agent gets placeholders. Each project directory
 has a home volume of its own at /home/claude; --home VOLUME (or
 AGENT_SANDBOX_HOME_VOLUME) names one to share instead. With a GitHub token
 (GH_TOKEN, GITHUB_TOKEN or "agent-sandbox secret set github") the router
-adds it for writes to the repositories the project's git remotes name;
---repo OWNER/NAME admits another for the session.`,
+adds it on GitHub's hosts and admits writes only to the repositories git
+pushes to from this directory; --repo OWNER/NAME admits another for the
+session.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox

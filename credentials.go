@@ -431,11 +431,12 @@ func handedHosts(passed map[string]string, hosts map[*apiProvider]string) []stri
 				kinds = append(kinds, k)
 			}
 		}
-		if handedIn(p, kinds, passed) {
+		switch {
+		case !handedIn(p, kinds, passed):
+		case p == githubGit:
+			out = append(out, githubHostsOf(hosts)...)
+		default:
 			out = append(out, hosts[p])
-			if p == githubGit {
-				out = append(out, hosts[githubAPI], hosts[githubUploads])
-			}
 		}
 	}
 	return out
@@ -524,7 +525,7 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 	}
 	for i, c := range s.creds {
 		if c.kind.provider == githubGit {
-			s.creds[i].also = slices.DeleteFunc(s.forge.forgeHosts(), func(h string) bool { return h == c.host })
+			s.creds[i].also = githubHostsOf(hosts)[1:]
 		}
 	}
 	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
@@ -542,12 +543,12 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 // API gate's rules the user turns off (apipolicy.Allowable).
 func parseAPIAllow(v string) ([]string, error) {
 	var out []string
+	rules := append(slices.Clone(apipolicy.Allowable), forge.Allowable...)
 	for _, f := range strings.Split(v, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue
 		}
-		rules := append(slices.Clone(apipolicy.Allowable), forge.Allowable...)
 		if !slices.Contains(rules, f) {
 			return nil, fmt.Errorf("AGENT_SANDBOX_API_ALLOW: %q is not a rule that can be turned off; the rules are %s", f, strings.Join(rules, ", "))
 		}
@@ -623,7 +624,8 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 	var lines []string
 	for _, c := range creds {
 		for i, host := range append([]string{c.host}, c.also...) {
-			if !allowlisted(host, entries) && requests[host] == 0 || i > 0 && requests[host] == 0 {
+			// GitHub's other hosts are listed only when used.
+			if requests[host] == 0 && (i > 0 || !allowlisted(host, entries)) {
 				continue
 			}
 			line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", host, c.source, plural(requests[host], "request"))

@@ -39,6 +39,12 @@ var (
 		"sum.golang.org", "crates.io", "index.crates.io", "static.crates.io"}
 )
 
+// githubHostsOf are GitHub's hosts that get the token, git's first (the
+// credential's own host), in hosts' names (a test's stand-ins).
+func githubHostsOf(hosts map[*apiProvider]string) []string {
+	return []string{hosts[githubGit], hosts[githubAPI], hosts[githubUploads]}
+}
+
 // forgeTokenFile is the GitHub token's file in the router's credential
 // dir: routerd reads it, nothing else mounts the dir.
 const forgeTokenFile = "github.token"
@@ -70,10 +76,11 @@ func forgeSetupFor(set settings, hosts map[*apiProvider]string, creds []credenti
 		f.roles[h] = forge.Registry
 	}
 	f.roles[hosts[npmRegistry]] = forge.NPM
-	if !slices.Contains(handed, hosts[githubGit]) {
-		f.roles[hosts[githubGit]] = forge.GitHubGit
-		f.roles[hosts[githubAPI]] = forge.GitHubAPI
-		f.roles[hosts[githubUploads]] = forge.GitHubAPI
+	if gh := githubHostsOf(hosts); !slices.Contains(handed, gh[0]) {
+		f.roles[gh[0]] = forge.GitHubGit
+		for _, h := range gh[1:] {
+			f.roles[h] = forge.GitHubAPI
+		}
 	}
 	for _, c := range creds {
 		if c.kind.provider == githubGit {
@@ -88,16 +95,16 @@ func forgeSetupFor(set settings, hosts map[*apiProvider]string, creds []credenti
 // parsePublish reads AGENT_SANDBOX_PUBLISH: the registry hosts the agent
 // may publish to, comma-separated.
 func parsePublish(v string) ([]string, error) {
-	var out []string
-	for _, f := range splitList(v) {
+	list, err := parseList("AGENT_SANDBOX_PUBLISH", v, "a host name", "registry.npmjs.org,crates.io", func(f string) (string, error) {
 		e, err := parseEntry(f)
-		if err != nil || e.Wildcard || e.Port != tlsPort {
-			return nil, fmt.Errorf("AGENT_SANDBOX_PUBLISH: %q is not a host name (use a comma-separated list such as registry.npmjs.org,crates.io)", f)
+		if err == nil && (e.Wildcard || e.Port != tlsPort) {
+			err = fmt.Errorf("not a host name")
 		}
-		out = append(out, e.Host)
-	}
+		return e.Host, err
+	})
+	out := splitList(list)
 	sort.Strings(out)
-	return slices.Compact(out), nil
+	return slices.Compact(out), err
 }
 
 // forgeHosts are the hosts that get the GitHub token, in a fixed order.

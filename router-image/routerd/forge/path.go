@@ -78,15 +78,16 @@ func repoName(owner, name string) (string, bool) {
 	return strings.ToLower(owner + "/" + name), true
 }
 
-// validOwner: letters, digits and hyphens, as GitHub's user and
-// organisation names (and ParseRepo's, which names the scope).
+// validOwner: GitHub's user and organisation names, at most 39 letters,
+// digits and hyphens, not starting with a hyphen.
 func validOwner(s string) bool {
-	return s != "" && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") == ""
+	return s != "" && len(s) <= 39 && s[0] != '-' && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") == ""
 }
 
-// validRepo: letters, digits, ".", "_" and "-", never "." or "..".
+// validRepo: at most 100 letters, digits, ".", "_" and "-", never "." or
+// "..".
 func validRepo(s string) bool {
-	return s != "" && s != "." && s != ".." && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.") == ""
+	return s != "" && len(s) <= 100 && s != "." && s != ".." && strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.") == ""
 }
 
 // queryValues are the values of every query argument whose name is

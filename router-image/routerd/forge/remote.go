@@ -3,7 +3,6 @@ package forge
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 )
 
@@ -12,20 +11,15 @@ import (
 // routerd the list; these are the launcher's parsers, kept beside the
 // rules that use their result.
 
-var (
-	remoteOwner = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$`)
-	remoteRepo  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
-)
-
-// ParseRepo reads OWNER/NAME as --repo takes it, and returns it lowercased
-// (GitHub compares names without case).
+// ParseRepo reads OWNER/NAME as --repo takes it, and returns it as the
+// scope holds it (repoName: lowercased, one ".git" dropped).
 func ParseRepo(s string) (string, error) {
 	owner, name, ok := strings.Cut(strings.TrimSpace(s), "/")
-	name = strings.TrimSuffix(name, ".git")
-	if !ok || !remoteOwner.MatchString(owner) || !remoteRepo.MatchString(name) || name == "." || name == ".." {
+	repo, valid := repoName(owner, name)
+	if !ok || !valid {
 		return "", fmt.Errorf("%q is not a repository: want OWNER/NAME, as in --repo octocat/hello-world", s)
 	}
-	return strings.ToLower(owner + "/" + name), nil
+	return repo, nil
 }
 
 // RepoOfRemote is the OWNER/NAME (lowercased) that a git remote URL names

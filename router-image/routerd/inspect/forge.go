@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
@@ -35,7 +34,9 @@ type forgePolicy struct {
 	repos     map[string]bool
 	publish   map[string]bool
 	allow     map[string]bool
-	tokenFile string
+	// token is the user's GitHub token, read with the config (it does
+	// not change within a session); "" adds none.
+	token string
 }
 
 func parseForge(f *forgeFile) (*forgePolicy, error) {
@@ -59,34 +60,17 @@ func parseForge(f *forgeFile) (*forgePolicy, error) {
 	for _, a := range f.Allow {
 		fp.allow[a] = true
 	}
-	fp.tokenFile = f.TokenFile
+	if f.TokenFile != "" {
+		b, err := os.ReadFile(f.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("the user's token: %w", err)
+		}
+		fp.token = strings.TrimSpace(string(b))
+		if fp.token == "" || strings.ContainsAny(fp.token, " \t\r\n") {
+			return nil, fmt.Errorf("the user's token: %s holds no token", f.TokenFile)
+		}
+	}
 	return fp, nil
-}
-
-// tokenCache holds the user's token once read: it does not change
-// within a session.
-type tokenCache struct {
-	mu    sync.Mutex
-	path  string
-	value string
-}
-
-func (c *tokenCache) get(path string) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.path == path && c.value != "" {
-		return c.value, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	v := strings.TrimSpace(string(b))
-	if v == "" || strings.ContainsAny(v, " \t\r\n") {
-		return "", fmt.Errorf("%s holds no token", path)
-	}
-	c.path, c.value = path, v
-	return v, nil
 }
 
 // checkForge applies host's forge rules to r, whose credentials are gone
@@ -139,14 +123,9 @@ func (p *Proxy) checkForge(w http.ResponseWriter, r *http.Request, host string) 
 	if d.Allowed != "" {
 		fmt.Fprintf(p.cfg.Out, "forge-allowed host=%s method=%q path=%q rule=%s\n", host, r.Method, r.URL.EscapedPath(), d.Allowed)
 	}
-	if fp.tokenFile == "" || (role != forge.GitHubGit && role != forge.GitHubAPI) {
+	tok := fp.token
+	if tok == "" || (role != forge.GitHubGit && role != forge.GitHubAPI) {
 		return true
-	}
-	tok, err := p.tokens.get(fp.tokenFile)
-	if err != nil {
-		p.cfg.Log.Printf("inspect %s: the user's token: %v", host, err)
-		http.Error(w, "routerd: cannot read the user's token", http.StatusBadGateway)
-		return false
 	}
 	if role == forge.GitHubGit {
 		// What git sends a token in: Basic, with GitHub's user name for

@@ -135,3 +135,22 @@ func TestForgeConfigRefusesAnUnknownRole(t *testing.T) {
 		t.Error("an unknown role was taken")
 	}
 }
+
+// The token is read with the config: a file that is missing or holds no
+// token fails the load (routerd does not start; a reload keeps the old
+// config), never a request later.
+func TestForgeConfigReadsTheTokenOnce(t *testing.T) {
+	dir := t.TempDir()
+	good, empty := filepath.Join(dir, "good"), filepath.Join(dir, "empty")
+	_ = os.WriteFile(good, []byte("ghp_X\n"), 0o600)
+	_ = os.WriteFile(empty, []byte(" \n"), 0o600)
+	p, err := parsePolicy(&file{Forge: &forgeFile{TokenFile: good}})
+	if err != nil || p.forge.token != "ghp_X" {
+		t.Fatalf("token %q, %v", p.forge.token, err)
+	}
+	for _, bad := range []string{empty, filepath.Join(dir, "missing")} {
+		if _, err := parsePolicy(&file{Forge: &forgeFile{TokenFile: bad}}); err == nil || !strings.Contains(err.Error(), "the user's token") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -86,7 +86,6 @@ type Proxy struct {
 	ca     *authority
 	jar    *jar
 	signed signedURLs
-	tokens tokenCache
 	policy atomic.Pointer[policy]
 	roots  atomic.Pointer[roots]
 	conns  connSet
