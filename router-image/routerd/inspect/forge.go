@@ -30,10 +30,10 @@ type forgeFile struct {
 
 // forgePolicy is that part loaded.
 type forgePolicy struct {
-	roles     map[string]forge.Role
-	repos     map[string]bool
-	publish   map[string]bool
-	allow     map[string]bool
+	roles   map[string]forge.Role
+	repos   map[string]bool
+	publish map[string]bool
+	allow   map[string]bool
 	// token is the user's GitHub token, read with the config (it does
 	// not change within a session); "" adds none.
 	token string
