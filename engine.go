@@ -314,12 +314,36 @@ func waitRun(ctx context.Context, name string, attachErr <-chan error) (code int
 		return r.code, false, r.err
 	case <-attachErr:
 	}
+	// Not waited for: a cancelled wait returns only when the service
+	// answers, which is once conmon has exited (see exitedCode).
 	stopPoll()
-	<-polled
-	// The exit is now, or the stream broke with the container running:
-	// the fine grid for a while, then the service's own.
-	code, err = waitExited(ctx, name)
+	// The exit is now, or the stream broke with the container running.
+	code, err = exitedCode(ctx, name)
 	return code, true, err
+}
+
+// exitedCode is the exit code of a container whose attach stream has
+// ended. The service's wait would give it only once conmon has exited, and
+// conmon waits for podman's exit command (`podman container cleanup`, a
+// whole podman process: about 0.6 s here); an inspect reads the state from
+// the runtime and conmon's exit file, which is there at once. A stream that
+// broke with the container still running falls back to the wait.
+func exitedCode(ctx context.Context, name string) (int32, error) {
+	for range 20 {
+		data, err := containers.Inspect(ctx, name, nil)
+		if err != nil {
+			return 0, err
+		}
+		if st := data.State; st != nil && !st.Running && (st.Status == define.ContainerStateExited.String() || st.Status == define.ContainerStateStopped.String()) {
+			return st.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return waitExited(ctx, name)
 }
 
 // The service's wait polls the container's state (no pidfd through the
