@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"github.com/spf13/cobra"
 )
@@ -15,15 +16,29 @@ import (
 // run is the command line layer: it reads the environment once, builds the
 // command tree, and turns what the command returned into the one report on
 // stderr and the process exit code.
-func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRootCommand(ctx, newSettings(getenv))
+//
+// link is the keeper's link to the foreground (keeper.Foreground), nil
+// when the command runs in the process the shell started.
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer, link *keeper.Link) int {
+	set := newSettings(getenv)
+	set.keeper = link
+	root := newRootCommand(ctx, set)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
-	report(stderr, err)
+	if !link.Returned() {
+		report(stderr, err)
+	}
 	return exitCode(err)
+}
+
+// isLaunch says whether args start a session rather than run a command.
+func isLaunch(args []string) bool {
+	root := newRootCommand(context.Background(), settings{lookup: func(string) (string, bool) { return "", false }})
+	cmd, _, err := root.Find(args)
+	return err == nil && cmd == root
 }
 
 func newRootCommand(ctx context.Context, set settings) *cobra.Command {

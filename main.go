@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 )
 
 // version and registry are set at build time with -ldflags -X. A dev build
@@ -25,10 +27,17 @@ var defaultAllowlist []byte
 func main() {
 	// A closed stdout must end the session through teardown, not kill us.
 	signal.Ignore(syscall.SIGPIPE)
+	args := os.Args[1:]
+	// A session runs in a keeper, so that the shell gets its prompt back
+	// as soon as the exit is reported, not after the teardown.
+	link := keeper.Inherited()
+	if link == nil && isLaunch(args) {
+		os.Exit(keeper.Foreground(args, os.Stdin, os.Stdout, os.Stderr, exitSignal))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	// A terminal that hangs up ends it as SIGHUP does, SIGHUP or not.
 	ctx, stopHangup := withHangup(ctx, os.Stderr, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdin, os.Stdout, os.Stderr)
+	code := run(ctx, args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr, link)
 	stopHangup()
 	stop()
 	os.Exit(code)

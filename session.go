@@ -114,14 +114,19 @@ func newSession(set settings, cfg sessionConfig, out io.Writer) *session {
 // launch runs one session. It returns agentExit with the agent's code, or
 // why the session could not run; a signal at any step is errInterrupted.
 func launch(ctx context.Context, set settings, out io.Writer, args []string) error {
-	err := runLaunch(ctx, set, out, args)
+	return outcome(ctx, runLaunch(ctx, set, out, args))
+}
+
+// outcome is what a session that ended with err returns: a signal at any
+// step is errInterrupted, whatever the step made of it.
+func outcome(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return errInterrupted
 	}
 	return err
 }
 
-func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) error {
+func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) (err error) {
 	la, err := parseLaunchArgs(args, set.lookup)
 	if err != nil {
 		return refused(err)
@@ -135,7 +140,7 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 		return refused(err)
 	}
 	s := newSession(set, cfg, out)
-	defer s.teardown(ctx)
+	defer func() { s.teardown(ctx, outcome(ctx, err)) }()
 	if err := s.openLaunchDir(runtimeDir); err != nil {
 		return refused(err)
 	}
@@ -475,44 +480,80 @@ func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool) (in
 }
 
 // teardown ends the session on a context of its own (the one given may
-// have been cancelled by the signal that ends it): it stops the agent,
-// says what the allowlist blocked, and unwinds what the start steps
-// created; what it could not remove, it reports.
-func (s *session) teardown(ctx context.Context) {
+// have been cancelled by the signal that ends it). First what the user
+// waits for: it stops the agent, says what the allowlist blocked and what
+// the agent left for the host, and releases the launch dir; then it hands
+// result's exit code back to the foreground (internal/keeper), so that the
+// shell's prompt returns, and unwinds what the start steps created; what
+// it could not remove, it reports.
+func (s *session) teardown(ctx context.Context, result error) {
 	if s.conn != nil {
 		ctx = s.conn
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
-	var left <-chan []string
+	agentGone := true
 	if s.agentStarted {
-		left = s.endAgent(tctx)
-	}
-	err := s.undo.unwind(tctx)
-	if left != nil {
-		for _, l := range <-left {
-			say(s.out, "%s", l)
-		}
+		agentGone = s.endAgent(tctx)
 	}
 	s.cfg.project.close()
-	if s.releaseClaim != nil {
+	var err error
+	releaseClaim := func() {
+		if s.releaseClaim == nil {
+			return
+		}
 		if rerr := s.releaseClaim(); rerr != nil {
 			err = errors.Join(err, cleanupFailed{"the claim on " + s.cfg.launchDir, rerr})
 		}
 	}
-	if err != nil {
-		report(s.out, errors.New(leftBehind(err)))
+	// The claim keeps overlapping sessions out while an agent can still
+	// change the dir: once its container has stopped (its pid namespace,
+	// nested containers and all, is gone with it), no one can.
+	if agentGone {
+		releaseClaim()
+	}
+	s.handBack(result)
+	err = errors.Join(err, s.undo.unwind(tctx))
+	if !agentGone {
+		releaseClaim()
+	}
+	if err == nil {
+		return
+	}
+	if s.set.keeper.Returned() {
+		// Into the teardown log: the user's terminal is no longer ours.
+		err = fmt.Errorf("session %s in %s:\n%w", s.cfg.name, s.cfg.launchDir, err)
+	}
+	report(s.out, errors.New(leftBehind(err)))
+}
+
+// teardownLog is where a keeper's teardown writes once the shell has its
+// prompt back: what it could not remove, and the trace.
+func teardownLog(runtimeDir string) string {
+	return filepath.Join(runtimeDir, "agent-sandbox-teardown.log")
+}
+
+// handBack reports result and gives its exit code to the foreground
+// process, which returns it to the shell while the teardown goes on.
+func (s *session) handBack(result error) {
+	if s.set.keeper == nil {
+		return
+	}
+	report(s.out, result)
+	if err := s.set.keeper.HandBack(exitCode(result), teardownLog(s.set.runtimeDir)); err != nil {
+		say(s.out, "%v", err)
 	}
 }
 
-// endAgent stops the agent if it still runs, starts the walk of the launch
-// dir for what it left the host (beside the removals, which do not touch
+// endAgent stops the agent if it still runs, walks the launch dir for what
+// it left the host (beside reading the router's log, which does not touch
 // it), and says what the allowlist blocked and which credentials the
 // router added, by the list in force at the end: a host allowed meanwhile
-// needs no advice.
-func (s *session) endAgent(ctx context.Context) <-chan []string {
+// needs no advice. It says whether the agent is known to be gone.
+func (s *session) endAgent(ctx context.Context) bool {
+	gone := true
 	if !s.agentExited {
-		_ = s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout)
+		gone = s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout) == nil
 	}
 	left := make(chan []string, 1)
 	go func() { left <- s.cfg.project.leftForHost() }()
@@ -525,7 +566,10 @@ func (s *session) endAgent(ctx context.Context) <-chan []string {
 	if len(s.cfg.cred.creds) > 0 {
 		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
 	}
-	return left
+	for _, l := range <-left {
+		say(s.out, "%s", l)
+	}
+	return gone
 }
 
 // prepare checks the launch directory and the allowlist and names the

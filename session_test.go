@@ -44,11 +44,8 @@ func testConfig(t *testing.T) sessionConfig {
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (int, func() string) {
 	out := &lockedBuffer{}
 	s := newSession(newSettings(os.LookupEnv), cfg, out)
-	err := s.runOn(ctx, eng, "")
-	s.teardown(ctx)
-	if ctx.Err() != nil {
-		err = errInterrupted
-	}
+	err := outcome(ctx, s.runOn(ctx, eng, ""))
+	s.teardown(ctx, err)
 	report(out, err)
 	return exitCode(err), out.String
 }

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 )
 
 // settings is everything agent-sandbox takes from the user's environment,
@@ -41,6 +43,11 @@ type settings struct {
 	// noStartGC keeps a session from cleaning up dead ones (the leak tests
 	// attribute each leak to the session that made it); trace times steps.
 	noStartGC, trace bool
+
+	// keeper hands the exit code back to the foreground process once the
+	// session has reported how it ended (internal/keeper); nil when the
+	// session runs in the process the shell started.
+	keeper *keeper.Link
 }
 
 // newSettings reads the environment through getenv.

@@ -570,7 +570,7 @@ func rowOverlap(t *testing.T, ev *evidence) {
 		// Only what bears the refused launcher's pid is its own: the
 		// running session's objects are there throughout.
 		for _, obj := range newObjects(before, podmanInventory(t)) {
-			if m := sessionPID.FindStringSubmatch(obj); m != nil && m[1] == fmt.Sprint(l.Pid()) || strings.Contains(obj, l.Home) {
+			if m := sessionPID.FindStringSubmatch(obj); m != nil && m[1] == fmt.Sprint(l.sessionPid()) || strings.Contains(obj, l.Home) {
 				t.Errorf("%s: the refused session created %s", s.name, obj)
 			}
 		}

@@ -55,12 +55,15 @@ type relOpts struct {
 
 // launcher is one running agent-sandbox process.
 type launcher struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	pid  int // the launcher's; cmd's is its su-like parent's, if it has one
-	args []string
-	Dir  string
-	Home string
+	t   *testing.T
+	cmd *exec.Cmd
+	pid int // the launcher's; cmd's is its su-like parent's, if it has one
+	// keeper is the session's own process, which the launcher starts
+	// (internal/keeper): its pid names the session.
+	keeper *keeperProc
+	args   []string
+	Dir    string
+	Home   string
 
 	mu       sync.Mutex
 	stdout   bytes.Buffer
@@ -74,6 +77,11 @@ type launcher struct {
 	KilledBy       string // the signal that killed it, if any
 	TimedOut       bool
 	SignalledAt    time.Time
+	// KeeperRanAtReturn: the session's teardown still went on when the
+	// launcher returned.
+	KeeperRanAtReturn bool
+	// OutClosed is when the launcher's stdout and stderr closed.
+	OutClosed time.Time
 }
 
 const relTimeout = 90 * time.Second
@@ -199,6 +207,7 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 		l.pid = pid
 		launched.Store(pid, true)
 	}
+	l.keeper = trackKeeper(l.pid)
 
 	var readers sync.WaitGroup
 	readers.Go(func() {
@@ -228,11 +237,19 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 			}
 		})
 	}
-	go func() { readers.Wait(); close(l.outDone) }()
+	go func() {
+		readers.Wait()
+		l.mu.Lock()
+		l.OutClosed = time.Now()
+		l.mu.Unlock()
+		close(l.outDone)
+	}()
 	go func() {
 		err := l.cmd.Wait()
+		keeperRan := l.keeper.Pid() != 0 && l.keeper.running()
 		l.mu.Lock()
 		l.Ended = time.Now()
+		l.KeeperRanAtReturn = keeperRan
 		l.Code = l.cmd.ProcessState.ExitCode()
 		if ws, ok := l.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			l.KilledBy = ws.Signal().String()
@@ -272,6 +289,15 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 
 // Pid is the launcher's pid, under a su-like parent too.
 func (l *launcher) Pid() int { return l.pid }
+
+// sessionPid is the pid in the session's name and dirs: its keeper's, or
+// the launcher's if it ended before a keeper was seen.
+func (l *launcher) sessionPid() int {
+	if k := l.keeper.Pid(); k != 0 {
+		return k
+	}
+	return l.pid
+}
 
 // send signals the launcher itself: under a su-like parent, directly, since
 // that parent passes nothing on.
@@ -366,6 +392,7 @@ func (l *launcher) wait() *launcher {
 		timeouts.Add(1)
 		l.t.Errorf("session did not finish in time (sent SIGTERM)")
 	}
+	waitKeeper(l.t, l.keeper, l.Ended)
 	how := fmt.Sprintf("exit %d", l.Code)
 	if l.KilledBy != "" {
 		how = "killed by " + l.KilledBy
@@ -396,11 +423,11 @@ func (l *launcher) wantCode(want int) {
 
 // sessionName finds the session's name: agent-sandbox-<time>-<pid>.
 func (l *launcher) sessionName() string {
-	re := regexp.MustCompile(`agent-sandbox-[0-9]+-` + strconv.Itoa(l.Pid()) + `\b`)
+	re := regexp.MustCompile(`agent-sandbox-[0-9]+-` + strconv.Itoa(l.sessionPid()) + `\b`)
 	if m := re.FindString(l.Stderr()); m != "" {
 		return m
 	}
-	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), fmt.Sprintf("agent-sandbox-*-%d.*", l.Pid())))
+	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), fmt.Sprintf("agent-sandbox-*-%d.*", l.sessionPid())))
 	for _, m := range matches {
 		if s := re.FindString(filepath.Base(m)); s != "" {
 			return s

@@ -87,7 +87,7 @@ func (p phase) reached(l *launcher, timeout time.Duration) bool {
 	case p.apiDir:
 		deadline := time.Now().Add(timeout)
 		for !l.done() && time.Now().Before(deadline) {
-			for _, d := range runtimeDirsOf(l.Pid()) {
+			for _, d := range runtimeDirsOf(l.sessionPid()) {
 				if strings.Contains(filepath.Base(d), "-api.") {
 					return true
 				}
@@ -201,9 +201,10 @@ func wantStill(t *testing.T, objs []string, why string) {
 	}
 }
 
-// killedSession starts a session, SIGKILLs its launcher once the agent runs
-// and returns the session's name and the launcher's pid, after checking
-// that what it left is there to be collected.
+// killedSession starts a session, SIGKILLs its keeper (the session's own
+// process, which the launcher waits for) once the agent runs and returns
+// the session's name and the keeper's pid, after checking that what it
+// left is there to be collected.
 func killedSession(t *testing.T, vol string) (string, int) {
 	t.Helper()
 	l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)})
@@ -212,14 +213,19 @@ func killedSession(t *testing.T, vol string) (string, int) {
 		l.wait()
 		t.Fatalf("the session to be killed never ran its agent")
 	}
-	name := l.sessionName()
-	l.signal(syscall.SIGKILL)
+	name, keeper := l.sessionName(), l.sessionPid()
+	if keeper == l.Pid() {
+		t.Fatalf("no keeper seen for the launcher (pid %d)", l.Pid())
+	}
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	l.wait()
 	if l.KilledBy != "killed" {
-		t.Fatalf("the launcher was not killed by SIGKILL: %s/%d", l.KilledBy, l.Code)
+		t.Fatalf("the launcher did not die of its keeper's SIGKILL: %s/%d", l.KilledBy, l.Code)
 	}
 	left := sessionObjectsOf(name)
-	t.Logf("the killed session %s left: %s; dirs: %v", name, strings.Join(left, ", "), runtimeDirsOf(l.Pid()))
+	t.Logf("the killed session %s left: %s; dirs: %v", name, strings.Join(left, ", "), runtimeDirsOf(keeper))
 	if len(left) < 4 {
 		t.Fatalf("a killed launcher left only %v: nothing for gc to prove itself on", left)
 	}
@@ -230,10 +236,10 @@ func killedSession(t *testing.T, vol string) (string, int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if pid := serviceOf(name); pid != 0 {
-		t.Errorf("the private API service (pid %d) outlived its SIGKILLed launcher by 5s", pid)
+		t.Errorf("the private API service (pid %d) outlived its SIGKILLed keeper by 5s", pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	return name, l.Pid()
+	return name, keeper
 }
 
 func TestReliabilityCrash(t *testing.T) {
@@ -258,7 +264,7 @@ func TestReliabilityCrash(t *testing.T) {
 		if out, _ := podman("container", "inspect", "--format", "{{.State.Status}}", liveName+"-claude"); strings.TrimSpace(out) != "running" {
 			t.Errorf("the live session's agent is not running: %q", out)
 		}
-		if dirs := runtimeDirsOf(live.Pid()); len(dirs) != 2 {
+		if dirs := runtimeDirsOf(live.sessionPid()); len(dirs) != 2 {
 			t.Errorf("the live session's temp dirs were touched: %v", dirs)
 		}
 	}
@@ -274,7 +280,7 @@ func TestReliabilityCrash(t *testing.T) {
 
 	// With the live session running: what gc must bring podman back to.
 	base := takeInventory(t)
-	row(t, "after SIGKILL of the launcher, agent-sandbox gc removes the stale session and nothing else", func(t *testing.T) {
+	row(t, "after SIGKILL of the session's keeper, agent-sandbox gc removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID := killedSession(t, vol)
 		gc := startLauncher(t, relOpts{Args: []string{"gc"}, HomeVolume: vol}).wait()
 		gc.wantCode(0)
@@ -290,7 +296,7 @@ func TestReliabilityCrash(t *testing.T) {
 		wantUntouched(t)
 		wantInventory(t, base, "after gc")
 	})
-	row(t, "after SIGKILL of the launcher, the next session's start removes the stale session and nothing else", func(t *testing.T) {
+	row(t, "after SIGKILL of the session's keeper, the next session's start removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID := killedSession(t, vol)
 		next := startLauncher(t, relOpts{HomeVolume: vol, Cmd: []string{"true"}}).wait()
 		next.wantCode(0)

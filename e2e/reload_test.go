@@ -54,7 +54,8 @@ type liveSession struct {
 	cmd            *exec.Cmd
 	done           chan struct{}
 	err            error
-	start          time.Time
+	start, ended   time.Time
+	keeper         *keeperProc
 }
 
 // startLive launches `agent-sandbox --exec sh -c script` with the
@@ -90,10 +91,12 @@ func startLive(t *testing.T, allowlist, script string) *liveSession {
 		t.Fatalf("cannot run %s: %v", harness.bin, err)
 	}
 	launched.Store(s.cmd.Process.Pid, true)
+	s.keeper = trackKeeper(s.cmd.Process.Pid)
 	go func() {
 		defer cancel()
 		defer close(s.done)
 		s.err = s.cmd.Wait()
+		s.ended = time.Now()
 	}()
 	t.Cleanup(func() {
 		// A row that failed half-way must not leave the session running.
@@ -120,7 +123,8 @@ func (s *liveSession) wait(t *testing.T) int {
 		t.Errorf("launcher: %v", s.err)
 	}
 	t.Logf("live session in %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
-		s.dir, code, time.Since(s.start).Round(time.Millisecond), indent(s.stdout.String()), indent(s.stderr.String()))
+		s.dir, code, s.ended.Sub(s.start).Round(time.Millisecond), indent(s.stdout.String()), indent(s.stderr.String()))
+	waitKeeper(t, s.keeper, s.ended)
 	assertNoLeftovers(t)
 	return code
 }

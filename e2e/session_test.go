@@ -127,8 +127,10 @@ func runSession(t *testing.T, o sessionOpts) sessionResult {
 	}
 	start := time.Now()
 	err := cmd.Start()
+	var keeper *keeperProc
 	if err == nil {
 		launched.Store(cmd.Process.Pid, true)
+		keeper = trackKeeper(cmd.Process.Pid)
 		done := make(chan struct{})
 		signalled := make(chan bool, 1)
 		if o.Signal != 0 {
@@ -157,6 +159,7 @@ func runSession(t *testing.T, o sessionOpts) sessionResult {
 		timeouts.Add(1)
 		t.Errorf("session did not finish within %s (sent SIGTERM)", timeout)
 	}
+	waitKeeper(t, keeper, start.Add(r.Elapsed))
 	assertNoLeftovers(t)
 	return r
 }
@@ -345,12 +348,19 @@ func listLeftovers() (leftovers, error) {
 // sessions share: what counts are the claims in it.
 const registerDir = "agent-sandbox-sessions"
 
+// teardownLog is where keepers write once their launcher has returned
+// (teardownLog in session.go): the user's file, kept across sessions.
+const teardownLog = "agent-sandbox-teardown.log"
+
 // runtimeEntries are the launchers' temp dirs under XDG_RUNTIME_DIR and
 // the claims in the session register, each named after its session.
 func runtimeEntries() []string {
 	var out []string
 	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
 	for _, m := range matches {
+		if filepath.Base(m) == teardownLog {
+			continue
+		}
 		if filepath.Base(m) != registerDir {
 			out = append(out, filepath.Base(m))
 			continue

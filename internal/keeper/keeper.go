@@ -1,0 +1,190 @@
+// Package keeper gives the user's shell back the moment a session has said
+// how the agent ended, while the session's teardown goes on behind it.
+//
+// The process the shell starts (the foreground) does nothing but run the
+// session in a child, the keeper, with the same arguments and streams, and
+// wait for the keeper to hand back an exit code over a pipe. The keeper is
+// the session in every other respect: it names the session, owns its
+// labels and its claim on the launch dir, and runs its private podman
+// service, so `gc` and the next session's start see a live owner until the
+// teardown is done. A killed keeper leaves what any killed launcher leaves,
+// which `gc` and the next start collect. A killed foreground takes the
+// session down with it (the keeper gets SIGTERM), as a killed launcher's
+// terminal would.
+package keeper
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// envFD names the keeper's end of the pipe in its environment; the
+// foreground sets it, and only the keeper ever sees it.
+const envFD = "AGENT_SANDBOX_KEEPER_FD"
+
+// Forwarded are the signals the foreground passes to the keeper: one sent
+// to the foreground's pid alone (kill, a supervisor, a test) must reach
+// the session. A terminal's own signals reach both; the keeper takes a
+// second one as it takes the first.
+var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// Foreground starts the keeper (this same executable, with args and the
+// given streams) and returns the exit code it hands back, at once; the
+// keeper's teardown goes on. A keeper that ends without handing one back
+// (a refusal, a --help, a crash) gives its own exit status. One that a
+// forwarded signal ended before it could take signals gives interrupted,
+// the code a signal gives at any later step; one killed by another signal
+// makes the foreground die of the same signal.
+func Foreground(args []string, stdin, stdout, stderr *os.File, interrupted int) int {
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		return 125
+	}
+	// /proc/self/exe, not os.Args[0]: the same binary even if a newer one
+	// replaced it on disk meanwhile, and found without PATH.
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Env = append(os.Environ(), envFD+"=3")
+	// The keeper stays in our process group, so that it is the terminal's
+	// foreground job as we are (it reads the terminal); it goes down with
+	// us until it has handed the code back.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, Forwarded...)
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		r.Close()
+		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		return 125
+	}
+	w.Close()
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	if code, ok := readCode(r); ok {
+		return code
+	}
+	_ = cmd.Wait()
+	signal.Stop(sigs)
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() && slices.Contains(Forwarded, os.Signal(ws.Signal())) {
+		return interrupted
+	}
+	if ws.Signaled() {
+		die(ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// readCode reads the code the keeper hands back: a number and a newline.
+// ok is false if the pipe closed without one.
+func readCode(r io.ReadCloser) (code int, ok bool) {
+	defer r.Close()
+	b, _ := io.ReadAll(io.LimitReader(r, 16))
+	s, complete := strings.CutSuffix(string(b), "\n")
+	if !complete {
+		return 0, false
+	}
+	code, err := strconv.Atoi(s)
+	return code, err == nil && code >= 0 && code <= 255
+}
+
+// die ends the foreground by sig, as the keeper ended: a shell then says
+// "Killed" or "Terminated" as it would have for a single process.
+func die(sig syscall.Signal) {
+	signal.Reset(sig)
+	_ = syscall.Kill(os.Getpid(), sig)
+}
+
+// Link is the keeper's end: where it hands the exit code back.
+type Link struct {
+	f        *os.File
+	returned bool
+}
+
+// Inherited is the link of a process the foreground started, or nil. It
+// takes the variable out of the environment, so that nothing the keeper
+// starts inherits it, and keeps the pipe from being inherited too: a
+// service holding it would keep the foreground waiting after a crash.
+func Inherited() *Link {
+	v, ok := os.LookupEnv(envFD)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(envFD)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil
+	}
+	syscall.CloseOnExec(fd)
+	return &Link{f: os.NewFile(uintptr(fd), "keeper")}
+}
+
+// HandBack gives the foreground code and lets it return; from then on the
+// keeper is on its own. Its streams move to log (appended; /dev/null if
+// ""), so that nothing waits on a pipe the user's shell or a caller reads
+// (`$(agent-sandbox ...)`, `| tee`) and what the teardown still says is
+// kept. It leaves the terminal's session: the terminal that closes later
+// is not the keeper's. A second call does nothing.
+func (l *Link) HandBack(code int, log string) error {
+	if l == nil || l.returned {
+		return nil
+	}
+	l.returned = true
+	// The foreground exits next: that must not stop the teardown.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("keeper: %w", err)
+	}
+	errs := []error{redirect(log)}
+	_, err := fmt.Fprintf(l.f, "%d\n", code)
+	errs = append(errs, err, l.f.Close())
+	// Best effort: setsid fails only for a process group leader, which the
+	// keeper is not.
+	_, _ = unix.Setsid()
+	return errors.Join(errs...)
+}
+
+// Returned says whether the code has been handed back.
+func (l *Link) Returned() bool { return l != nil && l.returned }
+
+// maxLog is the size past which the log starts over.
+const maxLog = 1 << 20
+
+// redirect points stdin at /dev/null and stdout and stderr at log.
+func redirect(log string) error {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	out := null
+	if log != "" {
+		flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
+		if fi, err := os.Stat(log); err == nil && fi.Size() > maxLog {
+			// Bounded: a trace on every session would grow it forever.
+			flags |= os.O_TRUNC
+		}
+		f, err := os.OpenFile(log, flags, 0o600)
+		if err == nil {
+			defer f.Close()
+			out = f
+		}
+	}
+	return errors.Join(unix.Dup2(int(null.Fd()), 0), unix.Dup2(int(out.Fd()), 1), unix.Dup2(int(out.Fd()), 2))
+}

@@ -1,0 +1,110 @@
+package keeper
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary is its own keeper: Foreground runs /proc/self/exe, which
+// here is the test binary, and helperEnv says what that keeper does.
+const helperEnv = "KEEPER_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode, ok := os.LookupEnv(helperEnv); ok {
+		os.Exit(helper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// helper is the keeper's side: mode is "handback DIR", "exit" or "signal".
+func helper(mode string) int {
+	link := Inherited()
+	if link == nil {
+		return 99
+	}
+	if _, ok := os.LookupEnv(envFD); ok {
+		return 98 // left in the environment of what the keeper starts
+	}
+	what, dir, _ := strings.Cut(mode, " ")
+	switch what {
+	case "handback":
+		if err := link.HandBack(7, filepath.Join(dir, "log")); err != nil {
+			return 97
+		}
+		// The teardown: still going when the foreground has returned.
+		os.Stderr.WriteString("said after the hand-back\n")
+		time.Sleep(500 * time.Millisecond)
+		_ = os.WriteFile(filepath.Join(dir, "torn-down"), nil, 0o644)
+		return 0
+	case "signal":
+		// Killed by a signal before taking any, as a keeper is at its start.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		time.Sleep(5 * time.Second)
+	}
+	return 3
+}
+
+func foreground(t *testing.T, mode string) (int, time.Duration) {
+	t.Helper()
+	t.Setenv(helperEnv, mode)
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	start := time.Now()
+	code := Foreground(nil, null, null, null, 130)
+	return code, time.Since(start)
+}
+
+func TestForegroundReturnsTheHandedBackCodeBeforeTheTeardownEnds(t *testing.T) {
+	dir := t.TempDir()
+	code, took := foreground(t, "handback "+dir)
+	if code != 7 {
+		t.Fatalf("code = %d, want 7", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "torn-down")); err == nil {
+		t.Errorf("the foreground returned after the teardown (%s)", took)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "torn-down")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper did not go on with its teardown after the foreground returned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	if !strings.Contains(string(log), "said after the hand-back") {
+		t.Errorf("what the keeper said after the hand-back is not in its log: %q", log)
+	}
+}
+
+func TestForegroundWithoutHandBack(t *testing.T) {
+	for mode, want := range map[string]int{"exit": 3, "signal": 130} {
+		if code, _ := foreground(t, mode); code != want {
+			t.Errorf("%s: code = %d, want %d", mode, code, want)
+		}
+	}
+}
+
+func TestReadCode(t *testing.T) {
+	for in, want := range map[string]int{"0\n": 0, "7\n": 7, "255\n": 255, "7": -1, "": -1, "256\n": -1, "-1\n": -1, "x\n": -1} {
+		r, w, _ := os.Pipe()
+		w.WriteString(in)
+		w.Close()
+		code, ok := readCode(r)
+		if !ok {
+			code = -1
+		}
+		if code != want {
+			t.Errorf("readCode(%q) = %d, want %d", in, code, want)
+		}
+	}
+}
