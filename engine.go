@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/blang/semver/v4"
@@ -23,6 +26,7 @@ import (
 	entities "github.com/containers/podman/v5/pkg/domain/entities/types"
 	"github.com/containers/podman/v5/pkg/specgen"
 	"go.podman.io/common/libnetwork/types"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
 
@@ -262,7 +266,22 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 	if tty {
 		stderr = nil
 	}
-	go func() { attachErr <- containers.Attach(ctx, name, os.Stdin, os.Stdout, stderr, ready, attachOpts) }()
+	stdin, closeStdin := interruptibleStdin()
+	// Closed when the run ends: the attach's copy of stdin would otherwise
+	// stay blocked on a read of the terminal, and take what the user types
+	// at the next prompt while the keeper tears down.
+	defer closeStdin()
+	if tty {
+		// Ours, not the attach's: it does these only for an *os.File,
+		// whose Fd() would make the read above blocking again.
+		restore, err := rawTerminal()
+		if err != nil {
+			return -1, err
+		}
+		defer restore()
+		defer followResize(ctx, name)()
+	}
+	go func() { attachErr <- containers.Attach(ctx, name, stdin, os.Stdout, stderr, ready, attachOpts) }()
 	select {
 	case <-ready:
 	case err := <-attachErr:
@@ -289,6 +308,98 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 		}
 	}
 	return int(code), nil
+}
+
+// interruptibleStdin is stdin for the attach, read only once poll(2) says
+// there is input, so that closing it ends a wait in progress without
+// taking anything the user types later. It is no *os.File to the attach,
+// which would otherwise read the terminal itself and leave that read
+// blocked when the agent exits: it would take what the user types at the
+// next prompt while the keeper tears down.
+func interruptibleStdin() (io.Reader, func()) {
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC); err != nil {
+		return &plainReader{os.Stdin}, func() {}
+	}
+	r := &pollReader{fd: int(os.Stdin.Fd()), wake: wake[0]}
+	var once sync.Once
+	return r, func() {
+		once.Do(func() {
+			// The wake pipe's read end stays open: a Read may still be
+			// polling it, and it is one fd for the session's length.
+			_ = unix.Close(wake[1])
+		})
+	}
+}
+
+// plainReader hides what reads it from the attach. A pointer: the attach
+// checks its stdin for nil by reflection.
+type plainReader struct{ r io.Reader }
+
+func (p *plainReader) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// pollReader reads fd once poll(2) reports input, and ends (io.EOF) once
+// wake is closed.
+type pollReader struct{ fd, wake int }
+
+func (p *pollReader) Read(b []byte) (int, error) {
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}, {Fd: int32(p.wake), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return 0, err
+		}
+		if fds[1].Revents != 0 {
+			return 0, io.EOF
+		}
+		if fds[0].Revents == 0 {
+			continue
+		}
+		n, err := unix.Read(p.fd, b)
+		switch {
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// rawTerminal puts the terminal on stdin in raw mode, as `podman run -it`
+// does, and returns what restores it.
+func rawTerminal() (func(), error) {
+	fd := int(os.Stdin.Fd())
+	state, err := term.MakeRaw(fd)
+	if err != nil {
+		return nil, fmt.Errorf("cannot put the terminal in raw mode: %w", err)
+	}
+	return func() { _ = term.Restore(fd, state) }, nil
+}
+
+// followResize passes the terminal's new size to the agent's on every
+// SIGWINCH until the returned func is called.
+func followResize(ctx context.Context, name string) func() {
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-winch:
+				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+					_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(winch); cancel() }
 }
 
 // waitRun waits for the attached container to exit. The attach stream

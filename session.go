@@ -508,23 +508,25 @@ func (s *session) teardown(ctx context.Context, result error) {
 	}
 	// The claim keeps overlapping sessions out while an agent can still
 	// change the dir: once its container has stopped (its pid namespace,
-	// nested containers and all, is gone with it), no one can.
+	// nested containers and all, is gone with it), no one can. An agent
+	// that could not be stopped keeps the claim, and the user waits for
+	// the removals and hears how they went.
 	if agentGone {
 		releaseClaim()
+		s.handBack(result)
 	}
-	s.handBack(result)
 	err = errors.Join(err, s.undo.unwind(tctx))
 	if !agentGone {
 		releaseClaim()
 	}
-	if err == nil {
-		return
+	if err != nil {
+		if s.set.keeper.Returned() {
+			// Into the teardown log: the user's terminal is no longer ours.
+			err = fmt.Errorf("session %s in %s:\n%w", s.cfg.name, s.cfg.launchDir, err)
+		}
+		report(s.out, errors.New(leftBehind(err)))
 	}
-	if s.set.keeper.Returned() {
-		// Into the teardown log: the user's terminal is no longer ours.
-		err = fmt.Errorf("session %s in %s:\n%w", s.cfg.name, s.cfg.launchDir, err)
-	}
-	report(s.out, errors.New(leftBehind(err)))
+	s.handBack(result)
 }
 
 // teardownLog is where a keeper's teardown writes once the shell has its

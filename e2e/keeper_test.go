@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testpty"
 )
 
 // TestReliabilityKeeper: the launcher returns with the agent's code as
@@ -55,6 +57,37 @@ func TestReliabilityKeeper(t *testing.T) {
 			}
 		}
 		wantInventory(t, base, "after both keepers")
+	})
+	row(t, "with a terminal, what is typed once the launcher returned reaches the shell, not the keeper", func(t *testing.T) {
+		master, slave := testpty.Open(t)
+		go drain(master)
+		l := startLauncher(t, relOpts{PTY: slave, HomeVolume: vol, Cmd: agentCmd("exit 3")})
+		<-l.exited
+		// The shell has its prompt back and reads the terminal: what the
+		// user types now is its own, while the keeper still tears down.
+		nonce := newNonce(t)
+		if _, err := master.Write([]byte(nonce + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 1)
+		go func() {
+			buf := make([]byte, 256)
+			n, _ := slave.Read(buf)
+			got <- string(buf[:n])
+		}()
+		var read string
+		select {
+		case read = <-got:
+		case <-time.After(5 * time.Second):
+		}
+		l.wait()
+		l.wantCode(3)
+		if !l.KeeperRanAtReturn {
+			t.Errorf("the keeper had ended when the launcher returned: the row shows nothing")
+		}
+		if !strings.Contains(read, nonce) {
+			t.Errorf("what was typed after the launcher returned did not reach the shell (read %q): the keeper's attach took it", read)
+		}
 	})
 	row(t, "SIGKILL of the launcher: its keeper stops the agent and tears the session down, nothing left for gc", func(t *testing.T) {
 		base := takeInventory(t)

@@ -132,6 +132,12 @@ func Inherited() *Link {
 	if err != nil || fd < 3 {
 		return nil
 	}
+	// Only the foreground's pipe: a variable set by anyone else must not
+	// make a launch write its code into some other file.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil
+	}
 	syscall.CloseOnExec(fd)
 	return &Link{f: os.NewFile(uintptr(fd), "keeper")}
 }
@@ -152,7 +158,8 @@ func (l *Link) HandBack(code int, log string) error {
 		return fmt.Errorf("keeper: %w", err)
 	}
 	errs := []error{redirect(log)}
-	_, err := fmt.Fprintf(l.f, "%d\n", code)
+	// As os.Exit would: the foreground takes 0 to 255.
+	_, err := fmt.Fprintf(l.f, "%d\n", code&0xff)
 	errs = append(errs, err, l.f.Close())
 	// Best effort: setsid fails only for a process group leader, which the
 	// keeper is not.
@@ -174,17 +181,31 @@ func redirect(log string) error {
 	}
 	defer null.Close()
 	out := null
-	if log != "" {
-		flags := os.O_WRONLY | os.O_APPEND | os.O_CREATE
-		if fi, err := os.Stat(log); err == nil && fi.Size() > maxLog {
-			// Bounded: a trace on every session would grow it forever.
-			flags |= os.O_TRUNC
-		}
-		f, err := os.OpenFile(log, flags, 0o600)
-		if err == nil {
-			defer f.Close()
-			out = f
-		}
+	if f := openLog(log); f != nil {
+		defer f.Close()
+		out = f
 	}
 	return errors.Join(unix.Dup2(int(null.Fd()), 0), unix.Dup2(int(out.Fd()), 1), unix.Dup2(int(out.Fd()), 2))
+}
+
+// openLog opens log for appending: never through a link, only a regular
+// file of this user's, started over past maxLog. nil if it cannot be.
+func openLog(log string) *os.File {
+	if log == "" {
+		return nil
+	}
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Getuid() {
+		f.Close()
+		return nil
+	}
+	if st.Size > maxLog {
+		// Bounded: a trace on every session would grow it forever.
+		_ = f.Truncate(0)
+	}
+	return f
 }

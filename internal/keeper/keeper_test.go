@@ -3,6 +3,7 @@ package keeper
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,5 +107,48 @@ func TestReadCode(t *testing.T) {
 		if code != want {
 			t.Errorf("readCode(%q) = %d, want %d", in, code, want)
 		}
+	}
+}
+
+func TestInheritedTakesOnlyAPipe(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "not-a-pipe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	t.Setenv(envFD, strconv.Itoa(int(f.Fd())))
+	if l := Inherited(); l != nil {
+		t.Errorf("a regular file (fd %d) was taken for the foreground's pipe", f.Fd())
+	}
+	if _, ok := os.LookupEnv(envFD); ok {
+		t.Errorf("%s left in the environment", envFD)
+	}
+}
+
+func TestOpenLogRefusesALink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "log")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if f := openLog(link); f != nil {
+		f.Close()
+		t.Errorf("the log was opened through a link")
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, maxLog+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := openLog(big)
+	if f == nil {
+		t.Fatal("a regular log was not opened")
+	}
+	f.Close()
+	if fi, _ := os.Stat(big); fi.Size() != 0 {
+		t.Errorf("a log past %d bytes was kept (%d bytes)", maxLog, fi.Size())
 	}
 }
