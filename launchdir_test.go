@@ -112,7 +112,7 @@ func TestPrepareRefusals(t *testing.T) {
 	colon := filepath.Join(root, "a:b")
 	must(t, os.Mkdir(colon, 0o755))
 	t.Chdir(colon)
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "':'") {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "':'") {
 		t.Fatalf("dir with ':' accepted: %v", err)
 	}
 
@@ -120,16 +120,16 @@ func TestPrepareRefusals(t *testing.T) {
 	must(t, os.Mkdir(project, 0o755))
 	t.Chdir(project)
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.0.0.1,not-an-ip")
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
 		t.Fatalf("bad upstream DNS accepted: %v", err)
 	}
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.99.0.10")
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.0/33")
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
+	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
 		t.Fatalf("bad upstream allow accepted: %v", err)
 	}
 	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.7/24")
-	cfg, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}})
+	cfg, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName())
 	must(t, err)
 	if cfg.upstreamAllow != "10.99.0.0/24" || cfg.upstreamDNS != "10.99.0.10" || cfg.launchDir != project || len(cfg.entries) != 1 {
 		t.Fatalf("prepare = %+v", cfg)

@@ -49,7 +49,7 @@ func openService(ctx context.Context, set settings, runtimeDir, name string, tra
 	}
 	undo.push("the API service's dir "+apiDir, func(context.Context) error { return os.RemoveAll(apiDir) })
 	done := trace.step("podman service start")
-	conn, eng, stop, err := startService(set.podman, apiDir, trace.out)
+	conn, eng, stop, err := startService(ctx, set.podman, apiDir, trace.out)
 	done()
 	undo.push("the podman API service", func(context.Context) error {
 		defer trace.step("podman service stop")()
@@ -92,9 +92,9 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 }
 
 // startService runs a private `podman system service` on a socket in dir and
-// connects to it. The returned stop func is never nil and must be called
-// even on error.
-func startService(podman, dir string, out io.Writer) (context.Context, engine, func(), error) {
+// connects to it; ctx's end gives up the wait for it to answer. The
+// returned stop func is never nil and must be called even on error.
+func startService(ctx context.Context, podman, dir string, out io.Writer) (context.Context, engine, func(), error) {
 	s := &service{
 		podman:   podman,
 		out:      out,
@@ -105,7 +105,7 @@ func startService(podman, dir string, out io.Writer) (context.Context, engine, f
 	if err := s.spawn(); err != nil {
 		return nil, nil, func() {}, err
 	}
-	conn, err := s.connect(20 * time.Second)
+	conn, err := s.connect(ctx, 20*time.Second)
 	if err != nil {
 		return nil, nil, s.stop, err
 	}
@@ -149,7 +149,7 @@ func (s *service) spawn() error {
 var tooOld = regexp.MustCompile(`server API version is too old.* server "([^"]+)"`)
 
 // connect waits for the current process to answer on the socket.
-func (s *service) connect(timeout time.Duration) (context.Context, error) {
+func (s *service) connect(ctx context.Context, timeout time.Duration) (context.Context, error) {
 	s.mu.Lock()
 	exited, stderr := s.exited, s.stderr
 	s.mu.Unlock()
@@ -170,6 +170,8 @@ func (s *service) connect(timeout time.Duration) (context.Context, error) {
 		select {
 		case <-exited:
 			return nil, fmt.Errorf("the podman service exited: %s", strings.TrimSpace(stderr.String()))
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -199,7 +201,7 @@ func (s *service) watch(exited <-chan struct{}) {
 		say(s.out, "cannot start a podman service for teardown: %v", err)
 		return
 	}
-	if _, err := s.connect(15 * time.Second); err != nil {
+	if _, err := s.connect(context.Background(), 15*time.Second); err != nil {
 		say(s.out, "cannot start a podman service for teardown: %v", err)
 	}
 }

@@ -135,11 +135,19 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	if err != nil {
 		return err
 	}
-	cfg, err := prepare(set, out, la)
+	name := newSessionName()
+	// The API service starts beside the checks and the launch dir's scan,
+	// which do not need it: its start is no longer added to theirs. A
+	// refusal stops it unused.
+	svc := startServiceEarly(ctx, set, runtimeDir, name, newTracer(set.trace, out))
+	cfg, err := prepare(set, out, la, name)
 	if err != nil {
+		svc.abandon()
 		return refused(err)
 	}
 	s := newSession(set, cfg, out)
+	// First on the stack, so stopped last: every removal goes through it.
+	s.undo.push("the podman API service", svc.close)
 	defer func() { s.teardown(ctx, outcome(ctx, err)) }()
 	if err := s.openLaunchDir(runtimeDir); err != nil {
 		return refused(err)
@@ -147,11 +155,51 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	if err := s.makeDirs(runtimeDir); err != nil {
 		return err
 	}
-	opCtx, eng, err := openService(ctx, set, runtimeDir, cfg.name, newTracer(set.trace, out), &s.undo)
+	opCtx, eng, err := svc.wait()
 	if err != nil {
 		return err
 	}
 	return s.runOn(opCtx, eng, runtimeDir)
+}
+
+// earlyService is a session's API service, started before the checks that
+// may refuse the session.
+type earlyService struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	undo   cleanupStack
+	conn   context.Context
+	eng    engine
+	err    error
+}
+
+func startServiceEarly(ctx context.Context, set settings, runtimeDir, name string, trace *tracer) *earlyService {
+	sctx, cancel := context.WithCancel(ctx)
+	e := &earlyService{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.conn, e.eng, e.err = openService(sctx, set, runtimeDir, name, trace, &e.undo)
+	}()
+	return e
+}
+
+// wait returns the service's connection once it answers.
+func (e *earlyService) wait() (context.Context, engine, error) {
+	<-e.done
+	return e.conn, e.eng, e.err
+}
+
+// close stops the service and removes its dir, once its start is over.
+func (e *earlyService) close(ctx context.Context) error {
+	<-e.done
+	return e.undo.unwind(ctx)
+}
+
+// abandon stops a service the session will not use, without waiting for
+// it to answer.
+func (e *earlyService) abandon() {
+	e.cancel()
+	_ = e.close(context.Background())
 }
 
 // openLaunchDir claims the launch dir, so that no overlapping session can
@@ -576,8 +624,8 @@ func (s *session) endAgent(ctx context.Context) bool {
 
 // prepare checks the launch directory and the allowlist and names the
 // session. Nothing is created in podman before it succeeds.
-func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) {
-	cfg := sessionConfig{cmd: la.cmd, env: la.env, repos: la.repos, egress: set.egress, allowlist: set.allowlist}
+func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionConfig, error) {
+	cfg := sessionConfig{name: name, cmd: la.cmd, env: la.env, repos: la.repos, egress: set.egress, allowlist: set.allowlist}
 	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
 		return cfg, err
 	}
@@ -596,7 +644,6 @@ func prepare(set settings, out io.Writer, la launchArgs) (sessionConfig, error) 
 	}
 	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, set.homeVolume, cfg.launchDir)
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
-	cfg.name = newSessionName()
 	return cfg, nil
 }
 
