@@ -574,6 +574,8 @@ func (s *session) teardown(ctx context.Context, result error) {
 		}
 		report(s.out, errors.New(leftBehind(err)))
 	}
+	// The late hand-back, for an agent not known gone (once handed back,
+	// it does nothing).
 	s.handBack(result)
 }
 
