@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"io"
 	"os"
@@ -124,6 +125,8 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 		}
 	}
 	removed = append(removed, removeStaleDirs(runtimeDir)...)
+	// A service whose sessions were all killed serves nobody.
+	removed = append(removed, apiservice.Collect(runtimeDir)...)
 	return removed, errors.Join(failed...)
 }
 

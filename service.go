@@ -8,51 +8,42 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
 	"github.com/containers/podman/v5/pkg/bindings"
 )
 
-// service is the launcher's private `podman system service`. If it dies
-// while a session uses it, the session ends (died is closed) and a
-// replacement starts on the same socket for teardown: a connection dials
-// the socket anew for every request, so the old one works again.
+// service is the session's use of the podman API service the user's
+// sessions share (internal/apiservice). If the service dies while a
+// session uses it, the session ends (died is closed) and the service is
+// started again on the same socket for teardown: a connection dials the
+// socket anew for every request, so the old one works again.
 type service struct {
-	podman, sock string
-	out          io.Writer // where a death in use is told
+	lease *apiservice.Lease
+	out   io.Writer // where a death in use is told
 
-	mu        sync.Mutex
-	proc      *os.Process
-	exited    chan struct{} // closed when proc has ended
-	stderr    *strings.Builder
-	connected bool // the session uses it: a death now is not a start-up failure
-	stopping  bool
+	mu       sync.Mutex
+	stopping bool
 
-	died     chan struct{} // closed when the first service died in use
+	died     chan struct{} // closed when the service died in use
 	diedErr  error
 	replaced chan struct{} // closed when the replacement answers, or could not start
 }
 
-// openService starts a private podman API service for a session or a
-// command, in a temp dir of its own under runtimeDir (never the one mounted
-// into the router), and pushes what undoes it onto undo. The context it
+// openService starts using the shared podman API service for a session or
+// a command, and pushes what ends that use onto undo. The context it
 // returns talks to the service and ends with ctx.
-func openService(ctx context.Context, set settings, runtimeDir, name string, trace *tracer, undo *cleanupStack) (context.Context, engine, error) {
-	apiDir, err := os.MkdirTemp(runtimeDir, name+"-api.")
-	if err != nil {
-		return nil, nil, refused(err)
-	}
-	undo.push("the API service's dir "+apiDir, func(context.Context) error { return os.RemoveAll(apiDir) })
+func openService(ctx context.Context, set settings, runtimeDir string, trace *tracer, undo *cleanupStack) (context.Context, engine, error) {
 	done := trace.step("podman service start")
-	conn, eng, stop, err := startService(ctx, set.podman, apiDir, trace.out)
+	conn, eng, stop, err := startService(ctx, set.podman, runtimeDir, trace.out)
 	done()
 	undo.push("the podman API service", func(context.Context) error {
-		defer trace.step("podman service stop")()
+		defer trace.step("podman service release")()
 		stop()
 		return nil
 	})
@@ -68,9 +59,9 @@ func openService(ctx context.Context, set settings, runtimeDir, name string, tra
 }
 
 // withCommandService runs fn for a command other than a session (gc,
-// build, log) against a private API service of its own, named like a
-// session so that what a killed one leaves is collected like a session's.
-// A signal makes it errInterrupted.
+// build, log) against the shared API service, with a name like a
+// session's for what it creates, so that what a killed one leaves is
+// collected like a session's. A signal makes it errInterrupted.
 func withCommandService(ctx context.Context, set settings, out io.Writer, fn func(ctx context.Context, eng engine, runtimeDir, name string) error) error {
 	runtimeDir, err := set.requireRuntimeDir()
 	if err != nil {
@@ -78,7 +69,7 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 	}
 	name := newSessionName()
 	var undo cleanupStack
-	opCtx, eng, err := openService(ctx, set, runtimeDir, name, newTracer(set.trace, out), &undo)
+	opCtx, eng, err := openService(ctx, set, runtimeDir, newTracer(set.trace, out), &undo)
 	if err == nil {
 		err = fn(opCtx, eng, runtimeDir, name)
 	}
@@ -91,96 +82,50 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 	return err
 }
 
-// startService runs a private `podman system service` on a socket in dir and
-// connects to it; ctx's end gives up the wait for it to answer. The
-// returned stop func is never nil and must be called even on error.
-func startService(ctx context.Context, podman, dir string, out io.Writer) (context.Context, engine, func(), error) {
-	s := &service{
-		podman:   podman,
-		out:      out,
-		sock:     filepath.Join(dir, "podman.sock"),
-		died:     make(chan struct{}),
-		replaced: make(chan struct{}),
-	}
-	if err := s.spawn(); err != nil {
+// startService starts using the shared podman service (starting it if no
+// session runs one) and connects to it; ctx's end gives up the wait for
+// it. The returned stop func is never nil and must be called even on
+// error: it lets go of the service, which stops if nobody else uses it.
+func startService(ctx context.Context, podman, runtimeDir string, out io.Writer) (context.Context, engine, func(), error) {
+	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ()})
+	if err != nil {
+		var se *apiservice.StartError
+		if errors.As(err, &se) && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) {
+			err = fmt.Errorf("podman not found (%s): install podman %s or newer (for example: apt-get install podman), or point AGENT_SANDBOX_PODMAN at it", podman, minPodman)
+		}
 		return nil, nil, func() {}, err
 	}
-	conn, err := s.connect(ctx, 20*time.Second)
+	s := &service{lease: lease, out: out, died: make(chan struct{}), replaced: make(chan struct{})}
+	conn, err := s.connect(ctx)
 	if err != nil {
 		return nil, nil, s.stop, err
 	}
 	if err := checkServiceVersion(conn); err != nil {
 		return nil, nil, s.stop, err
 	}
-	s.mu.Lock()
-	s.connected = true
-	exited := s.exited
-	s.mu.Unlock()
-	go s.watch(exited)
+	go s.watch(lease.Exited())
 	return conn, serviceEngine{podmanEngine{}, s}, s.stop, nil
-}
-
-func (s *service) spawn() error {
-	cmd := exec.Command(s.podman, "system", "service", "--time=0", "unix://"+s.sock)
-	stderr := &strings.Builder{}
-	cmd.Stderr = &limitedWriter{w: stderr, n: 4096}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// A terminal's Ctrl-C goes to the foreground process group; the
-		// service must outlive it so that teardown can still talk to it.
-		Setpgid: true,
-		// If the launcher is killed, the service must not linger.
-		Pdeathsig: syscall.SIGTERM,
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("podman not found (%s): install podman %s or newer (for example: apt-get install podman), or point AGENT_SANDBOX_PODMAN at it", s.podman, minPodman)
-		}
-		return fmt.Errorf("cannot start the podman service %s: %w", s.podman, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	s.mu.Lock()
-	s.proc, s.exited, s.stderr = cmd.Process, exited, stderr
-	s.mu.Unlock()
-	return nil
 }
 
 // tooOld is how the bindings refuse a service older than their minimum.
 var tooOld = regexp.MustCompile(`server API version is too old.* server "([^"]+)"`)
 
-// connect waits for the current process to answer on the socket.
-func (s *service) connect(ctx context.Context, timeout time.Duration) (context.Context, error) {
-	s.mu.Lock()
-	exited, stderr := s.exited, s.stderr
-	s.mu.Unlock()
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(s.sock); err == nil {
-			conn, err := bindings.NewConnection(context.Background(), "unix://"+s.sock)
-			if err == nil {
-				return conn, nil
-			}
-			if m := tooOld.FindStringSubmatch(err.Error()); m != nil {
-				return nil, fmt.Errorf("podman %s is too old: agent-sandbox needs podman %s or newer", m[1], minPodman)
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("cannot connect to the podman service: %w", err)
-			}
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("the podman service exited: %s", strings.TrimSpace(stderr.String()))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the podman service did not start within %s: check `podman info`", timeout)
-		}
+// connect connects the bindings to the service, which answers already.
+func (s *service) connect(ctx context.Context) (context.Context, error) {
+	conn, err := bindings.NewConnection(context.Background(), "unix://"+s.lease.Sock())
+	if err == nil {
+		return conn, nil
 	}
+	if m := tooOld.FindStringSubmatch(err.Error()); m != nil {
+		return nil, fmt.Errorf("podman %s is too old: agent-sandbox needs podman %s or newer", m[1], minPodman)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("cannot connect to the podman service: %w", err)
 }
 
-// watch notices the service dying in use and starts its replacement.
+// watch notices the service dying in use and starts it again.
 func (s *service) watch(exited <-chan struct{}) {
 	<-exited
 	s.mu.Lock()
@@ -188,40 +133,29 @@ func (s *service) watch(exited <-chan struct{}) {
 		s.mu.Unlock()
 		return
 	}
-	msg := strings.TrimSpace(s.stderr.String())
+	msg := s.lease.Output()
 	if msg == "" {
 		msg = "(it wrote nothing)"
 	}
-	s.diedErr = fmt.Errorf("the private podman API service (pid %d) stopped; the session ends rather than run without it. Its output: %s", s.proc.Pid, msg)
+	s.diedErr = fmt.Errorf("the podman API service (pid %d, %s) stopped; the session ends rather than run without it. Its output: %s", s.lease.Pid(), s.lease.Sock(), msg)
 	close(s.died)
 	s.mu.Unlock()
 	defer close(s.replaced)
-	_ = os.Remove(s.sock)
-	if err := s.spawn(); err != nil {
-		say(s.out, "cannot start a podman service for teardown: %v", err)
-		return
-	}
-	if _, err := s.connect(context.Background(), 15*time.Second); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.lease.Restart(ctx); err != nil {
 		say(s.out, "cannot start a podman service for teardown: %v", err)
 	}
 }
 
+// stop lets go of the service; the last user stops it.
 func (s *service) stop() {
 	s.mu.Lock()
 	s.stopping = true
-	proc, exited := s.proc, s.exited
 	s.mu.Unlock()
-	if proc == nil {
-		return
+	if _, err := s.lease.Release(); err != nil {
+		say(s.out, "cannot stop the podman service: %v", err)
 	}
-	_ = proc.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		_ = proc.Kill()
-		<-exited
-	}
-	_ = os.Remove(s.sock)
 }
 
 func (s *service) isDead() bool {

@@ -139,7 +139,7 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	// The API service starts beside the checks and the launch dir's scan,
 	// which do not need it: its start is no longer added to theirs. A
 	// refusal stops it unused.
-	svc := startServiceEarly(ctx, set, runtimeDir, name, newTracer(set.trace, out))
+	svc := startServiceEarly(ctx, set, runtimeDir, newTracer(set.trace, out))
 	cfg, err := prepare(set, out, la, name)
 	if err != nil {
 		svc.abandon()
@@ -173,12 +173,12 @@ type earlyService struct {
 	err    error
 }
 
-func startServiceEarly(ctx context.Context, set settings, runtimeDir, name string, trace *tracer) *earlyService {
+func startServiceEarly(ctx context.Context, set settings, runtimeDir string, trace *tracer) *earlyService {
 	sctx, cancel := context.WithCancel(ctx)
 	e := &earlyService{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
-		e.conn, e.eng, e.err = openService(sctx, set, runtimeDir, name, trace, &e.undo)
+		e.conn, e.eng, e.err = openService(sctx, set, runtimeDir, trace, &e.undo)
 	}()
 	return e
 }
@@ -189,14 +189,15 @@ func (e *earlyService) wait() (context.Context, engine, error) {
 	return e.conn, e.eng, e.err
 }
 
-// close stops the service and removes its dir, once its start is over.
+// close lets go of the service (the last user stops it), once its start
+// is over.
 func (e *earlyService) close(ctx context.Context) error {
 	<-e.done
 	return e.undo.unwind(ctx)
 }
 
-// abandon stops a service the session will not use, without waiting for
-// it to answer.
+// abandon lets go of a service the session will not use, without waiting
+// for it to answer.
 func (e *earlyService) abandon() {
 	e.cancel()
 	_ = e.close(context.Background())

@@ -64,6 +64,9 @@ type launcher struct {
 	args   []string
 	Dir    string
 	Home   string
+	// configHome is its XDG_CONFIG_HOME, which podman reads: the shared
+	// API service it uses is the one started with it (serviceOf).
+	configHome string
 
 	mu       sync.Mutex
 	stdout   bytes.Buffer
@@ -115,6 +118,7 @@ func startLauncher(t *testing.T, o relOpts) *launcher {
 	for k, v := range o.Env {
 		env[k] = v
 	}
+	l.configHome = env["XDG_CONFIG_HOME"]
 	l.args = o.Args
 	if l.args == nil {
 		l.args = append([]string{"--exec"}, o.Cmd...)
@@ -721,14 +725,18 @@ func runtimeDirsOf(pid int) []string {
 	return m
 }
 
-// serviceOf finds the pid of a session's private podman API service.
-func serviceOf(session string) int {
-	for _, s := range apiServices() {
-		if strings.Contains(s, "/"+session+"-api.") {
-			var pid int
-			if _, err := fmt.Sscanf(s, "pid %d:", &pid); err == nil {
-				return pid
-			}
+// serviceOf finds the pid of the shared podman API service a launcher
+// uses: the one whose environment has the launcher's XDG_CONFIG_HOME,
+// which every launcher here gets a dir of its own for (and which keys the
+// service, internal/apiservice).
+func serviceOf(l *launcher) int {
+	for _, p := range userProcesses() {
+		if !strings.Contains(strings.Join(p.args, " "), "system service") {
+			continue
+		}
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.pid))
+		if slices.Contains(strings.Split(string(env), "\x00"), "XDG_CONFIG_HOME="+l.configHome) {
+			return p.pid
 		}
 	}
 	return 0

@@ -46,8 +46,8 @@ type phase struct {
 	line string
 	// file appears in the launch dir when the phase runs.
 	file string
-	// apiDir: the phase runs once the API service's temp dir exists.
-	apiDir bool
+	// service: the phase runs once the launcher's API service runs.
+	service bool
 	// slowService makes the API service start take a second longer, so that
 	// a signal lands while it starts.
 	slowService bool
@@ -84,13 +84,11 @@ func (p phase) reached(l *launcher, timeout time.Duration) bool {
 		return l.waitStderrRe(regexp.MustCompile(p.line), timeout)
 	case p.file != "":
 		return l.waitFile(p.file, timeout)
-	case p.apiDir:
+	case p.service:
 		deadline := time.Now().Add(timeout)
 		for !l.done() && time.Now().Before(deadline) {
-			for _, d := range runtimeDirsOf(l.sessionPid()) {
-				if strings.Contains(filepath.Base(d), "-api.") {
-					return true
-				}
+			if serviceOf(l) != 0 {
+				return true
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -203,9 +201,9 @@ func wantStill(t *testing.T, objs []string, why string) {
 
 // killedSession starts a session, SIGKILLs its keeper (the session's own
 // process, which the launcher waits for) once the agent runs and returns
-// the session's name and the keeper's pid, after checking that what it
-// left is there to be collected.
-func killedSession(t *testing.T, vol string) (string, int) {
+// the session's name, the keeper's pid and its API service's, after
+// checking that what it left is there to be collected.
+func killedSession(t *testing.T, vol string) (string, int, int) {
 	t.Helper()
 	l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)})
 	if !l.waitFile("started", 60*time.Second) {
@@ -216,6 +214,10 @@ func killedSession(t *testing.T, vol string) (string, int) {
 	name, keeper := l.sessionName(), l.sessionPid()
 	if keeper == l.Pid() {
 		t.Fatalf("no keeper seen for the launcher (pid %d)", l.Pid())
+	}
+	service := serviceOf(l)
+	if service == 0 {
+		t.Fatalf("cannot find the session's API service among %v", apiServices())
 	}
 	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -229,17 +231,18 @@ func killedSession(t *testing.T, vol string) (string, int) {
 	if len(left) < 4 {
 		t.Fatalf("a killed launcher left only %v: nothing for gc to prove itself on", left)
 	}
-	// The service dies with its launcher (parent-death signal): gc could
-	// not find it, since it carries no label.
-	deadline := time.Now().Add(5 * time.Second)
-	for serviceOf(name) != 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	// The shared service outlives a killed session (another one may use
+	// it); with no user left, what collects the session collects it too.
+	if !serviceRuns(service) {
+		t.Fatalf("the API service (pid %d) ended with its SIGKILLed keeper: nothing for gc to prove itself on", service)
 	}
-	if pid := serviceOf(name); pid != 0 {
-		t.Errorf("the private API service (pid %d) outlived its SIGKILLed keeper by 5s", pid)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return name, keeper
+	return name, keeper, service
+}
+
+// serviceRuns reports whether pid is still a podman API service.
+func serviceRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "system\x00service")
 }
 
 func TestReliabilityCrash(t *testing.T) {
@@ -253,6 +256,7 @@ func TestReliabilityCrash(t *testing.T) {
 	}
 	liveName := live.sessionName()
 	liveObjs := sessionObjectsOf(liveName)
+	liveDirs := runtimeDirsOf(live.sessionPid())
 	// wantUntouched: what gc must leave is still there and still runs.
 	wantUntouched := func(t *testing.T) {
 		t.Helper()
@@ -264,12 +268,15 @@ func TestReliabilityCrash(t *testing.T) {
 		if out, _ := podman("container", "inspect", "--format", "{{.State.Status}}", liveName+"-claude"); strings.TrimSpace(out) != "running" {
 			t.Errorf("the live session's agent is not running: %q", out)
 		}
-		if dirs := runtimeDirsOf(live.sessionPid()); len(dirs) != 2 {
-			t.Errorf("the live session's temp dirs were touched: %v", dirs)
+		if dirs := runtimeDirsOf(live.sessionPid()); len(liveDirs) == 0 || !slices.Equal(dirs, liveDirs) {
+			t.Errorf("the live session's temp dirs were touched: %v, before %v", dirs, liveDirs)
 		}
 	}
-	wantCollected := func(t *testing.T, victim string, victimPID int) {
+	wantCollected := func(t *testing.T, victim string, victimPID, service int) {
 		t.Helper()
+		if serviceRuns(service) {
+			t.Errorf("the stale session's API service (pid %d) still runs, with no session using it", service)
+		}
 		if left := sessionObjectsOf(victim); len(left) > 0 {
 			t.Errorf("the stale session is still there: %s", strings.Join(left, ", "))
 		}
@@ -281,7 +288,7 @@ func TestReliabilityCrash(t *testing.T) {
 	// With the live session running: what gc must bring podman back to.
 	base := takeInventory(t)
 	row(t, "after SIGKILL of the session's keeper, agent-sandbox gc removes the stale session and nothing else", func(t *testing.T) {
-		victim, victimPID := killedSession(t, vol)
+		victim, victimPID, service := killedSession(t, vol)
 		gc := startLauncher(t, relOpts{Args: []string{"gc"}, HomeVolume: vol}).wait()
 		gc.wantCode(0)
 		for _, want := range []string{"pod " + victim, "network " + victim, "container " + victim + "-router"} {
@@ -292,15 +299,18 @@ func TestReliabilityCrash(t *testing.T) {
 		if strings.Contains(gc.Stdout(), liveName) {
 			t.Errorf("gc reported removing parts of the live session %s", liveName)
 		}
-		wantCollected(t, victim, victimPID)
+		if !strings.Contains(gc.Stdout(), "the unused podman service ") || !strings.Contains(gc.Stdout(), fmt.Sprintf("(pid %d)", service)) {
+			t.Errorf("gc did not report stopping the unused podman service (pid %d)", service)
+		}
+		wantCollected(t, victim, victimPID, service)
 		wantUntouched(t)
 		wantInventory(t, base, "after gc")
 	})
 	row(t, "after SIGKILL of the session's keeper, the next session's start removes the stale session and nothing else", func(t *testing.T) {
-		victim, victimPID := killedSession(t, vol)
+		victim, victimPID, service := killedSession(t, vol)
 		next := startLauncher(t, relOpts{HomeVolume: vol, Cmd: []string{"true"}}).wait()
 		next.wantCode(0)
-		wantCollected(t, victim, victimPID)
+		wantCollected(t, victim, victimPID, service)
 		wantUntouched(t)
 		wantInventory(t, base, "after the next session")
 	})
@@ -479,9 +489,9 @@ func runningContainers(t *testing.T) []string {
 }
 
 // churnPhases are where churn kills a session; the first runs as soon as
-// the API service's temp dir exists.
+// the API service's process exists.
 var churnPhases = []phase{
-	{name: "API service starting", apiDir: true},
+	{name: "API service starting", service: true},
 	{name: "after the service started", line: `trace .* podman service start$`},
 	{name: "egress network", line: `trace .* network create agent-sandbox-egress$`},
 	phaseNetwork,
@@ -889,7 +899,7 @@ func TestReliabilityFailClosed(t *testing.T) {
 			l.wait()
 			t.Fatalf("the agent never ran")
 		}
-		pid := serviceOf(l.sessionName())
+		pid := serviceOf(l)
 		if pid == 0 {
 			l.signal(syscall.SIGTERM)
 			l.wait()

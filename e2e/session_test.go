@@ -352,13 +352,27 @@ const registerDir = "agent-sandbox-sessions"
 // (teardownLog in session.go): the user's file, kept across sessions.
 const teardownLog = "agent-sandbox-teardown.log"
 
-// runtimeEntries are the launchers' temp dirs under XDG_RUNTIME_DIR and
-// the claims in the session register, each named after its session.
+// serviceDir holds the shared API services' sockets and locks
+// (internal/apiservice.DirName); the locks stay, the socket and the pid
+// file only while a service runs.
+const serviceDir = "agent-sandbox-podman"
+
+// runtimeEntries are the launchers' temp dirs under XDG_RUNTIME_DIR, the
+// claims in the session register, each named after its session, and the
+// files of a running API service.
 func runtimeEntries() []string {
 	var out []string
 	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
 	for _, m := range matches {
 		if filepath.Base(m) == teardownLog {
+			continue
+		}
+		if filepath.Base(m) == serviceDir {
+			running, _ := filepath.Glob(filepath.Join(m, "*.sock"))
+			pids, _ := filepath.Glob(filepath.Join(m, "*.pid"))
+			for _, f := range append(running, pids...) {
+				out = append(out, serviceDir+"/"+filepath.Base(f))
+			}
 			continue
 		}
 		if filepath.Base(m) != registerDir {

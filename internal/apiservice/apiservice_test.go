@@ -1,0 +1,297 @@
+package apiservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeEnv makes this test binary a fake `podman system service`: it
+// answers /_ping on the socket it is given until SIGTERM.
+const fakeEnv = "APISERVICE_TEST_FAKE_PODMAN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeEnv) != "" {
+		os.Exit(fakePodman(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func fakePodman(args []string) int {
+	if len(args) != 4 || args[0] != "system" || args[1] != "service" {
+		fmt.Fprintf(os.Stderr, "fake podman: unexpected %q\n", args)
+		return 125
+	}
+	if os.Getenv(fakeEnv) == "hang" {
+		// Never answers; ends on SIGTERM.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM)
+		<-stop
+		return 0
+	}
+	if os.Getenv(fakeEnv) == "fail" {
+		fmt.Fprintln(os.Stderr, "fake podman: cannot start: no storage")
+		return 125
+	}
+	ln, err := net.Listen("unix", strings.TrimPrefix(args[3], "unix://"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	go func() { <-stop; ln.Close() }()
+	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("OK"))
+	}))
+	return 0
+}
+
+// specFor is a spec for the fake, in a runtime dir of the test's own.
+func specFor(t *testing.T, runtimeDir string, extra ...string) Spec {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{fakeEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/nonexistent"}, extra...)
+	return Spec{Podman: self, RuntimeDir: runtimeDir, Env: env}
+}
+
+func runtimeDir(t *testing.T) string {
+	// Short: a unix socket's path has a limit.
+	d, err := os.MkdirTemp("", "as")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		Collect(d)
+		os.RemoveAll(d)
+	})
+	return d
+}
+
+func acquire(t *testing.T, s Spec) *Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := Acquire(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil && !zombie(pid) }
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if !alive(pid) {
+			return
+		}
+	}
+	t.Fatalf("the service (pid %d) still runs", pid)
+}
+
+func TestSharedUntilTheLastLetsGo(t *testing.T) {
+	rt := runtimeDir(t)
+	spec := specFor(t, rt)
+	a := acquire(t, spec)
+	b := acquire(t, specFor(t, rt, "TERM=xterm", "SECRET_KEY=x"))
+	if a.Pid() != b.Pid() || a.Sock() != b.Sock() {
+		t.Fatalf("two sessions with the same podman environment got two services: %d %s, %d %s", a.Pid(), a.Sock(), b.Pid(), b.Sock())
+	}
+	pid := a.Pid()
+	if stopped, err := a.Release(); err != nil || stopped {
+		t.Fatalf("the first to let go stopped the service another session uses (stopped %v, %v)", stopped, err)
+	}
+	if err := ping(b.Sock(), time.Second); err != nil {
+		t.Fatalf("the service no longer answers its remaining user: %v", err)
+	}
+	if stopped, err := b.Release(); err != nil || !stopped {
+		t.Fatalf("the last to let go did not stop the service (stopped %v, %v)", stopped, err)
+	}
+	waitGone(t, pid)
+	for _, f := range []string{b.Sock(), b.p.file(".pid")} {
+		if _, err := os.Lstat(f); err == nil {
+			t.Errorf("%s is left after the service stopped", f)
+		}
+	}
+	c := acquire(t, spec)
+	defer c.Release()
+	if c.Pid() == pid {
+		t.Fatalf("a new session got the stopped service's pid %d", pid)
+	}
+	if err := ping(c.Sock(), time.Second); err != nil {
+		t.Fatalf("the service started again does not answer: %v", err)
+	}
+}
+
+func TestAnotherPodmanEnvironmentGetsItsOwn(t *testing.T) {
+	rt := runtimeDir(t)
+	a := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/a"))
+	defer a.Release()
+	for _, extra := range []string{"XDG_CONFIG_HOME=/b", "CONTAINERS_CONF=/c", "https_proxy=http://p:3128"} {
+		b := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/a", extra))
+		if b.Pid() == a.Pid() {
+			t.Errorf("%s shares the service started without it", extra)
+		}
+		b.Release()
+	}
+}
+
+func TestCollectStopsWhatKilledSessionsLeft(t *testing.T) {
+	rt := runtimeDir(t)
+	used := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/used"))
+	defer used.Release()
+	orphan := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/orphan"))
+	// What the kernel does for a SIGKILLed session: its lock goes.
+	orphan.users.Close()
+	got := Collect(rt)
+	want := fmt.Sprintf("the unused podman service %s (pid %d)", orphan.p.key, orphan.Pid())
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("Collect = %q, want [%q]", got, want)
+	}
+	waitGone(t, orphan.Pid())
+	if !alive(used.Pid()) || ping(used.Sock(), time.Second) != nil {
+		t.Fatalf("Collect stopped a service a session uses")
+	}
+}
+
+func TestNeverSignalsAPidThatIsNotItsService(t *testing.T) {
+	rt := runtimeDir(t)
+	l := acquire(t, specFor(t, rt))
+	pid := l.Pid()
+	l.Release()
+	waitGone(t, pid)
+	// A pid file left pointing at a process that is not the service
+	// (a reused pid): this test's own process.
+	if err := os.WriteFile(l.p.file(".pid"), []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := Collect(rt); len(got) != 0 {
+		t.Fatalf("Collect stopped %q", got)
+	}
+	m := acquire(t, specFor(t, rt))
+	defer m.Release()
+	if m.Pid() == os.Getpid() {
+		t.Fatal("took this process for the service")
+	}
+}
+
+func TestDeathIsSeenAndRestartServesTheSameSocket(t *testing.T) {
+	rt := runtimeDir(t)
+	a := acquire(t, specFor(t, rt))
+	b := acquire(t, specFor(t, rt))
+	defer a.Release()
+	defer b.Release()
+	old := a.Pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Lease{a, b} {
+		select {
+		case <-l.Exited():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the service's death was not seen")
+		}
+	}
+	ctx := context.Background()
+	if err := a.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Pid() == old || a.Pid() != b.Pid() {
+		t.Fatalf("after the death: pids %d and %d (old %d): want one new service", a.Pid(), b.Pid(), old)
+	}
+	if err := ping(a.Sock(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAServiceThatCannotStartSaysWhy(t *testing.T) {
+	rt := runtimeDir(t)
+	spec := specFor(t, rt)
+	spec.Env[0] = fakeEnv + "=fail"
+	_, err := Acquire(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "no storage") {
+		t.Fatalf("err = %v, want the service's own words", err)
+	}
+	spec.Podman = filepath.Join(rt, "no-such-podman")
+	_, err = Acquire(context.Background(), spec)
+	var se *StartError
+	if err == nil || !errors.As(err, &se) {
+		t.Fatalf("err = %v, want a StartError", err)
+	}
+}
+
+func TestRefusesASharedDirOthersCanReach(t *testing.T) {
+	for name, prep := range map[string]func(dir string) error{
+		"open to others": func(dir string) error { return os.Mkdir(dir, 0o755) },
+		"a symlink":      func(dir string) error { return os.Symlink(os.TempDir(), dir) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := runtimeDir(t)
+			dir := filepath.Join(rt, DirName)
+			if err := prep(dir); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(dir, 0o755)
+			_, err := Acquire(context.Background(), specFor(t, rt))
+			if err == nil || !strings.Contains(err.Error(), "closed to others") {
+				t.Fatalf("err = %v, want a refusal naming the dir", err)
+			}
+		})
+	}
+}
+
+func TestKeyIgnoresWhatPodmanDoesNotRead(t *testing.T) {
+	base := []string{"HOME=/h", "PATH=/bin", "XDG_RUNTIME_DIR=/run/user/1"}
+	k := Key("/usr/bin/podman", base)
+	if Key("/usr/bin/podman", append(base, "TERM=xterm", "ANTHROPIC_API_KEY=sk", "PWD=/x", "SHLVL=2")) != k {
+		t.Error("the terminal, the shell or a key changed the service")
+	}
+	for _, kv := range []string{"XDG_CONFIG_HOME=/c", "CONTAINERS_STORAGE_CONF=/s", "HTTPS_PROXY=http://p", "TMPDIR=/t", "LD_PRELOAD=/x.so"} {
+		if Key("/usr/bin/podman", append(base, kv)) == k {
+			t.Errorf("%s did not change the service", kv)
+		}
+	}
+	if Key("/opt/podman5/bin/podman", base) == k {
+		t.Error("another podman binary shares the service")
+	}
+}
+
+func TestAGivenUpStartLeavesNothing(t *testing.T) {
+	rt := runtimeDir(t)
+	spec := specFor(t, rt)
+	spec.Env[0] = fakeEnv + "=hang"
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := Acquire(ctx, spec); err == nil {
+		t.Fatal("a service that never answered was taken")
+	}
+	p := paths{filepath.Join(rt, DirName), Key(spec.Podman, spec.Env)}
+	for _, f := range []string{p.sock(), p.file(".pid")} {
+		if _, err := os.Lstat(f); err == nil {
+			t.Errorf("%s is left after the start was given up", f)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		if b, _ := os.ReadFile(c); strings.Contains(string(b), p.sock()) {
+			t.Errorf("the service that never answered still runs: %s", c)
+		}
+	}
+}
