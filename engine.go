@@ -30,8 +30,9 @@ import (
 	"golang.org/x/term"
 )
 
-// engine is what a session needs from podman. The real one talks to a
-// private API service; tests use a recording fake.
+// engine is what a session needs from podman. The real one talks to the
+// user's shared API service (internal/apiservice); tests use a recording
+// fake.
 type engine interface {
 	NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error)
 	NetworkRemove(ctx context.Context, name string) error

@@ -146,9 +146,9 @@ func gc(ctx context.Context, set settings, out, errOut io.Writer, homes bool) er
 	})
 }
 
-// sessionDir matches the temp dirs a session makes: NAME.RANDOM,
-// NAME-api.RANDOM and NAME-cred.RANDOM, where NAME is
-// agent-sandbox-UNIXTIME-PID.
+// sessionDir matches the temp dirs a session makes: NAME.RANDOM and
+// NAME-cred.RANDOM (and NAME-api.RANDOM, which sessions made before the
+// API service was shared), where NAME is agent-sandbox-UNIXTIME-PID.
 var sessionDir = regexp.MustCompile(`^agent-sandbox-(\d+)-(\d+)(-api|-cred)?\.[^/]+$`)
 
 func removeStaleDirs(runtimeDir string) []string {

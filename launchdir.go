@@ -18,6 +18,12 @@ func checkLaunchDir(pwd string, set settings) error {
 			return fmt.Errorf("refusing to mount %s: it is or contains %s, where %s; start from a project directory", pwd, dir.name, dir.why)
 		}
 	}
+	// Everything under the runtime dir is the user's programs' runtime
+	// state, the sessions' podman API socket among it: a launch dir there
+	// could mount a socket that appears after the scan.
+	if rt := set.runtimeDir; rt != "" && inside(pwd, realpath(rt)) {
+		return fmt.Errorf("refusing to mount %s: it lies inside $XDG_RUNTIME_DIR, where programs keep sockets the agent could connect to (podman's, agent-sandbox's own API service); start from a project directory", pwd)
+	}
 	if home := set.home; home != "" && inside(realpath(home), pwd) {
 		return fmt.Errorf("refusing to mount %s: it is or contains $HOME; start from a project directory", pwd)
 	}
@@ -49,7 +55,7 @@ func socketDirs(set settings) []socketDir {
 		dirs = append(dirs, socketDir{d, "$TMPDIR", sockets})
 	}
 	if d := set.runtimeDir; d != "" {
-		dirs = append(dirs, socketDir{d, "$XDG_RUNTIME_DIR", sockets + " (D-Bus, podman, this session's own API service)"})
+		dirs = append(dirs, socketDir{d, "$XDG_RUNTIME_DIR", sockets + " (D-Bus, podman, agent-sandbox's own API service)"})
 	}
 	return dirs
 }

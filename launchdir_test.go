@@ -163,18 +163,22 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 	t.Setenv("TMPDIR", tmpdir)
 	list := filepath.Join(root, "home/u/.config/agent-sandbox/allowed-hosts")
 	for dir, refuse := range map[string]string{
-		"/":                         "it is or contains /,",
-		"/tmp":                      "it is or contains /tmp,",
-		"/var/tmp":                  "/var/tmp",
-		"/var":                      "/var/tmp",
-		"/run":                      "/run",
-		"/dev/shm":                  "/dev/shm",
-		"/dev":                      "/dev/shm",
-		runtime:                     "$XDG_RUNTIME_DIR",
-		filepath.Join(root, "run"):  "$XDG_RUNTIME_DIR",
-		tmpdir:                      "$TMPDIR",
-		project:                     "",
-		filepath.Join(project, "x"): "",
+		"/":                        "it is or contains /,",
+		"/tmp":                     "it is or contains /tmp,",
+		"/var/tmp":                 "/var/tmp",
+		"/var":                     "/var/tmp",
+		"/run":                     "/run",
+		"/dev/shm":                 "/dev/shm",
+		"/dev":                     "/dev/shm",
+		runtime:                    "$XDG_RUNTIME_DIR",
+		filepath.Join(root, "run"): "$XDG_RUNTIME_DIR",
+		// Its API service's socket dir, whose socket may appear only
+		// after the scan.
+		filepath.Join(runtime, "agent-sandbox-podman"): "it lies inside $XDG_RUNTIME_DIR",
+		filepath.Join(runtime, "x/y"):                  "it lies inside $XDG_RUNTIME_DIR",
+		tmpdir:                                         "$TMPDIR",
+		project:                                        "",
+		filepath.Join(project, "x"):                    "",
 	} {
 		err := checkLaunchDir(dir, settingsWithAllowlist(list))
 		switch {

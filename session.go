@@ -83,8 +83,8 @@ func sessionLabels(name, launchDir string) map[string]string {
 	return map[string]string{labelSession: name, labelOwner: ownerID(os.Getpid()), labelDir: launchDir}
 }
 
-// newSessionName names a session, or a command's own API service: what a
-// killed one leaves behind is then collected like a session's.
+// newSessionName names a session, or what a command (build) creates: what
+// a killed one leaves behind is then collected like a session's.
 func newSessionName() string {
 	return fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
 }

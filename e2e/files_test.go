@@ -26,7 +26,7 @@ func TestFileBoundary(t *testing.T) {
 }
 
 var fileRows = []secRow{
-	{15, "launch dirs where sockets live (/, /tmp, /var/tmp, /run, /dev/shm, $TMPDIR, $XDG_RUNTIME_DIR) are refused before anything is created", rowSocketDirs},
+	{15, "launch dirs where sockets live (/, /tmp, /var/tmp, /run, /dev/shm, $TMPDIR, $XDG_RUNTIME_DIR and any dir inside it) are refused before anything is created", rowSocketDirs},
 	{16, "a launch dir holding a unix socket is refused; no session reaches a host socket", rowSocketInProject},
 	{17, "a running agent that swaps its launch dir's parts for symlinks never gets a session started under it to mount them", rowMountRace},
 	{18, "git config, hooks and agent settings written inside never run on the host; git works inside; a new repository is listed at exit", rowGitEscapes},
@@ -36,9 +36,17 @@ var fileRows = []secRow{
 
 func rowSocketDirs(t *testing.T, ev *evidence) {
 	tmpdir := mkdir(t, "tmpdir-")
-	dirs := []struct{ dir, name string }{
-		{"/", "/"}, {"/tmp", "/tmp"}, {"/var/tmp", "/var/tmp"}, {"/run", "/run"}, {"/dev/shm", "/dev/shm"},
-		{os.Getenv("XDG_RUNTIME_DIR"), "$XDG_RUNTIME_DIR"}, {tmpdir, "$TMPDIR"},
+	// The API service's socket dir exists once a session has run (the
+	// harness's own sessions made it); its socket may appear after a
+	// launch dir's scan, so lying inside the runtime dir is refused too.
+	serviceDir := filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-podman")
+	if err := os.MkdirAll(serviceDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []struct{ dir, name, how string }{
+		{"/", "/", ""}, {"/tmp", "/tmp", ""}, {"/var/tmp", "/var/tmp", ""}, {"/run", "/run", ""}, {"/dev/shm", "/dev/shm", ""},
+		{os.Getenv("XDG_RUNTIME_DIR"), "$XDG_RUNTIME_DIR", ""}, {tmpdir, "$TMPDIR", ""},
+		{serviceDir, "$XDG_RUNTIME_DIR", "it lies inside "},
 	}
 	before := podmanInventory(t)
 	var refused []string
@@ -47,13 +55,21 @@ func rowSocketDirs(t *testing.T, ev *evidence) {
 		r := runSession(t, sessionOpts{Dir: d.dir, Cmd: []string{"sh", "-c", "echo ran-" + nonce},
 			Env: map[string]string{"TMPDIR": tmpdir}})
 		wantCode(t, r, 1)
-		if want := "refusing to mount " + d.dir + ": it is or contains " + d.name; !strings.Contains(r.Stderr, want) {
+		how := d.how
+		if how == "" {
+			how = "it is or contains "
+		}
+		if want := "refusing to mount " + d.dir + ": " + how + d.name; !strings.Contains(r.Stderr, want) {
 			t.Errorf("launch from %s: stderr lacks %q:\n%s", d.dir, want, indent(r.Stderr))
 		}
 		if strings.Contains(r.Stdout, "ran-"+nonce) {
 			t.Errorf("LEAK: the agent ran in %s", d.dir)
 		}
-		refused = append(refused, d.name)
+		if d.how != "" {
+			refused = append(refused, d.name+"/"+filepath.Base(d.dir))
+		} else {
+			refused = append(refused, d.name)
+		}
 		wantNothingCreated(t, before, r)
 	}
 	if !t.Failed() {

@@ -146,14 +146,17 @@ func suParent(args []string) int {
 	return 0
 }
 
-// fakePodman is the path to run as the fake podman.
-func fakePodman(t *testing.T) string {
+// fakePodman is a podman that runs this test binary as the fake of the
+// given version. A script, because the launcher starts its API service
+// with podman's own environment only (internal/apiservice), not the
+// variable that makes this binary the fake.
+func fakePodman(t *testing.T, version string) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exe
+	return writeScript(t, "podman", fmt.Sprintf("%s=%s exec %s \"$@\"\n", fakePodmanEnv, version, shellQuote(exe)))
 }
 
 func ioctl(f *os.File, req uintptr, arg unsafe.Pointer) error {

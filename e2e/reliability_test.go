@@ -962,8 +962,9 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 			for k, v := range c.env {
 				env[k] = v
 			}
-			if _, ok := c.env[fakePodmanEnv]; ok {
-				env["AGENT_SANDBOX_PODMAN"] = fakePodman(t)
+			if v, ok := c.env[fakePodmanEnv]; ok {
+				delete(env, fakePodmanEnv)
+				env["AGENT_SANDBOX_PODMAN"] = fakePodman(t, v)
 			}
 			home := ""
 			if c.homeNotOurs {

@@ -473,7 +473,7 @@ var footprintParts = []struct{ key, name string }{
 	{"helpers", "router + forwarder"},
 	{"helpers_after", "router + forwarder after one data-path round"},
 	{"launcher", "launcher (agent-sandbox)"},
-	{"service", "its private `podman system service`"},
+	{"service", "its `podman system service` (shared by the sessions of one podman environment; the bench runs them one at a time)"},
 	{"launcher_service", "launcher + service"},
 	{"conmon", "conmon monitors of the session's containers (not counted above)"},
 	{"infra", "pod infra container (catatonit; not counted above)"},
@@ -553,7 +553,7 @@ func readTrace(r io.Reader) (steps []traceStep, wall float64, err error) {
 }
 
 const (
-	serviceStop      = "podman service stop"
+	serviceStop      = "podman service release"
 	firstInstruction = "the agent's first instruction"
 )
 

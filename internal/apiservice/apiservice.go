@@ -1,13 +1,13 @@
 // Package apiservice runs the podman API service that a user's sessions
-// share: one `podman system service` per podman binary and podman
-// environment, started by the first session that needs it and stopped by
-// the last one to let go of it.
+// share: one `podman system service` per podman and podman environment,
+// started by the first session that needs it and stopped by the last one
+// to let go of it.
 //
 // A service of its own cost every session a podman start (about 0.1 s of
-// its start-up and half a CPU-second of work in all) and every command a
-// second process; eight sessions at once ran eight services. The socket
-// lives in a 0700 dir under the user's runtime dir, which no container
-// mounts, so no agent ever reaches it.
+// its start-up and the CPU of a podman process) and eight sessions at once
+// ran eight services. The socket lives in a 0700 dir under the user's
+// runtime dir, which no container mounts and no launch dir may lie in, so
+// no agent ever reaches it.
 //
 // Two locks keep the sessions apart. The start lock (KEY.lock) is held
 // while a service is looked at, started or stopped, never for longer.
@@ -16,8 +16,13 @@
 // the session's process dies, however it dies. Whoever lets go takes the
 // start lock and tries the users file exclusive: if it gets it, nobody else
 // uses the service, and it stops it. A service whose users were all killed
-// is left running until the next session lets go of it, or until Collect
-// (gc, and every session's start) finds it unused.
+// runs on until the next session lets go of it, or until Collect (gc, and
+// every session's start) finds it unused.
+//
+// The service is found by its socket, not by a pid file: the process that
+// answers a connection is the service (SO_PEERCRED), so a service is never
+// lost track of, and a pid is signalled only through a pidfd opened while
+// its command line still names the socket.
 package apiservice
 
 import (
@@ -33,7 +38,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,8 +54,8 @@ const (
 	lockTimeout  = 60 * time.Second
 	stopTimeout  = 5 * time.Second
 	// A podman service writes little: a few lines for each session whose
-	// attach it closes. Its log starts over at each start and when a
-	// session finds it past logLimit; only its tail is ever read.
+	// attach it closes. Its log is cut past logLimit, when a session
+	// starts using it; only the tail of one service's part is read.
 	outputTail = 4096
 	logLimit   = 1 << 20
 )
@@ -63,15 +67,15 @@ type Spec struct {
 	// RuntimeDir is the user's runtime dir; the service's files go in
 	// DirName under it.
 	RuntimeDir string
-	// Env is the environment the service runs with, and whose podman
-	// part (see keyed) decides which service a session shares.
+	// Env is the session's environment. The service gets the part of it
+	// that podman reads (see keyed), and nothing else: not the keys the
+	// session holds, not a notify socket.
 	Env []string
 }
 
 // keyed reports whether podman, or a helper it runs (conmon, runc,
-// netavark), reads the variable: sessions that differ in one of these
-// must not share a service. Anything else (the terminal, the shell, the
-// agent's keys) does not change what the service does.
+// netavark), reads the variable: the service runs with these only, and
+// sessions that differ in one get services of their own.
 func keyed(name string) bool {
 	for _, p := range []string{"CONTAINERS_", "CONTAINER_", "_CONTAINERS_", "XDG_", "REGISTRY_", "STORAGE_", "BUILDAH_", "PODMAN_", "LD_"} {
 		if strings.HasPrefix(name, p) {
@@ -79,33 +83,98 @@ func keyed(name string) bool {
 		}
 	}
 	switch strings.ToLower(name) {
-	case "home", "path", "tmpdir", "dbus_session_bus_address", "ssl_cert_file", "ssl_cert_dir",
+	case "home", "path", "user", "logname", "tmpdir", "dbus_session_bus_address", "ssl_cert_file", "ssl_cert_dir",
 		"http_proxy", "https_proxy", "no_proxy", "all_proxy", "ftp_proxy":
 		return true
 	}
 	return false
 }
 
-// Key names the service for a podman binary and an environment.
-func Key(podman string, env []string) string {
-	if abs, err := exec.LookPath(podman); err == nil {
-		podman = abs
-	}
-	if abs, err := filepath.Abs(podman); err == nil {
-		podman = abs
-	}
-	var vars []string
+// serviceEnv is the part of env the service runs with.
+func serviceEnv(env []string) []string {
+	var out []string
 	for _, kv := range env {
 		if name, _, ok := strings.Cut(kv, "="); ok && keyed(name) {
-			vars = append(vars, kv)
+			out = append(out, kv)
 		}
 	}
-	slices.Sort(vars)
+	slices.Sort(out)
+	return out
+}
+
+// resolve is the podman binary as it will be run: found on PATH, or made
+// absolute, so that the key and the start name the same file.
+func resolve(podman string) string {
+	if p, err := exec.LookPath(podman); err == nil {
+		podman = p
+	}
+	if p, err := filepath.Abs(podman); err == nil {
+		podman = p
+	}
+	return podman
+}
+
+// configFiles are podman's config files: a service started before one of
+// them changed is not the one the user now asks for.
+func configFiles(env []string) []string {
+	get := func(name string) string {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	userConf := get("XDG_CONFIG_HOME")
+	if userConf == "" && get("HOME") != "" {
+		userConf = filepath.Join(get("HOME"), ".config")
+	}
+	files := []string{
+		"/usr/share/containers/containers.conf", "/etc/containers/containers.conf",
+		"/etc/containers/storage.conf", "/etc/containers/registries.conf", "/etc/containers/policy.json",
+	}
+	if userConf != "" {
+		for _, f := range []string{"containers.conf", "storage.conf", "registries.conf", "policy.json"} {
+			files = append(files, filepath.Join(userConf, "containers", f))
+		}
+	}
+	return files
+}
+
+// Key names the service for a podman binary (resolved) and an
+// environment: the binary and its config files as they are now, the
+// variables podman reads, and what the service inherits from the process
+// that starts it (its resource limits and cgroup), which its containers
+// get.
+func Key(podman string, env []string) string {
 	h := sha256.New()
+	stamp := func(f string) {
+		if fi, err := os.Stat(f); err == nil {
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			var ino uint64
+			if st != nil {
+				ino = st.Ino
+			}
+			fmt.Fprintf(h, "%s %d %d %d\x00", f, fi.Size(), fi.ModTime().UnixNano(), ino)
+		} else {
+			fmt.Fprintf(h, "%s -\x00", f)
+		}
+	}
 	fmt.Fprintf(h, "%s\x00", podman)
-	for _, kv := range vars {
+	stamp(podman)
+	for _, f := range configFiles(env) {
+		stamp(f)
+	}
+	for _, kv := range serviceEnv(env) {
 		fmt.Fprintf(h, "%s\x00", kv)
 	}
+	for _, r := range []int{unix.RLIMIT_NOFILE, unix.RLIMIT_NPROC, unix.RLIMIT_CORE, unix.RLIMIT_MEMLOCK} {
+		var lim unix.Rlimit
+		_ = unix.Getrlimit(r, &lim)
+		fmt.Fprintf(h, "rlimit %d %d %d\x00", r, lim.Cur, lim.Max)
+	}
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	h.Write(cg)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -161,18 +230,30 @@ func (l *Lease) Exited() <-chan struct{} {
 	return l.exited
 }
 
-// Output is the tail of what the service wrote.
+// startMark opens each service's part of the shared log.
+func startMark(pid int) string {
+	return fmt.Sprintf("--- agent-sandbox: podman service pid %d started\n", pid)
+}
+
+// Output is the tail of what the lease's current service process wrote.
 func (l *Lease) Output() string {
 	f, err := os.OpenFile(l.p.file(".log"), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > outputTail {
-		_, _ = f.Seek(-outputTail, io.SeekEnd)
+	b, _ := io.ReadAll(io.LimitReader(f, logLimit+64<<10))
+	s := string(b)
+	if i := strings.LastIndex(s, startMark(l.Pid())); i >= 0 {
+		s = s[i+len(startMark(l.Pid())):]
+		if j := strings.Index(s, "--- agent-sandbox: podman service pid "); j >= 0 {
+			s = s[:j]
+		}
 	}
-	b, _ := io.ReadAll(io.LimitReader(f, outputTail))
-	return strings.TrimSpace(string(b))
+	if len(s) > outputTail {
+		s = s[len(s)-outputTail:]
+	}
+	return strings.TrimSpace(s)
 }
 
 // Acquire starts using the service for spec, starting it if none answers.
@@ -182,6 +263,7 @@ func Acquire(ctx context.Context, spec Spec) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	spec.Podman = resolve(spec.Podman)
 	l := &Lease{p: paths{dir, Key(spec.Podman, spec.Env)}, spec: spec}
 	unlock, err := l.p.lock(ctx)
 	if err != nil {
@@ -192,8 +274,11 @@ func Acquire(ctx context.Context, spec Spec) (*Lease, error) {
 		return nil, err
 	}
 	// The service appends: cut here, it goes on at the start.
-	if fi, err := os.Lstat(l.p.file(".log")); err == nil && fi.Mode().IsRegular() && fi.Size() > logLimit {
-		_ = os.Truncate(l.p.file(".log"), 0)
+	if f, err := os.OpenFile(l.p.file(".log"), os.O_WRONLY|unix.O_NOFOLLOW, 0); err == nil {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > logLimit {
+			_ = f.Truncate(0)
+		}
+		f.Close()
 	}
 	users, err := os.OpenFile(l.p.file(".users"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -247,7 +332,7 @@ func Collect(runtimeDir string) []string {
 		if !ok {
 			continue
 		}
-		pid, _ := p.running()
+		pid := p.serving()
 		if ok, _ := p.stopIfUnused(); ok && pid != 0 {
 			stopped = append(stopped, fmt.Sprintf("the unused podman service %s (pid %d)", p.key, pid))
 		}
@@ -264,7 +349,9 @@ func (p paths) lock(ctx context.Context) (func(), error) {
 			return unlock, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("another agent-sandbox has held %s for %s: if no agent-sandbox runs, remove it", p.file(".lock"), lockTimeout)
+			// The kernel frees the lock when its holder dies: a
+			// holder that lives this long is stopped or stuck.
+			return nil, fmt.Errorf("another agent-sandbox has held the podman service's start lock (%s) for %s: end or resume it (a session stopped with Ctrl-Z holds it)", p.file(".lock"), lockTimeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -287,46 +374,66 @@ func (p paths) tryLock() (func(), bool) {
 	return func() { f.Close() }, true
 }
 
+// unused reports whether no lease holds the users file, and keeps it so
+// (the exclusive lock) until done is called. The caller holds the start
+// lock.
+func (p paths) unused() (done func(), ok bool, err error) {
+	users, err := os.OpenFile(p.file(".users"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		users.Close()
+		return nil, false, nil
+	}
+	return func() { users.Close() }, true, nil
+}
+
 // stopIfUnused stops the service if no lease holds the users file. The
 // caller holds the start lock.
 func (p paths) stopIfUnused() (bool, error) {
-	users, err := os.OpenFile(p.file(".users"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
+	done, ok, err := p.unused()
+	if err != nil || !ok {
 		return false, err
 	}
-	defer users.Close()
-	if err := unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return false, nil
-	}
-	pid, _ := p.running()
+	defer done()
+	pid := p.serving()
 	if pid != 0 {
-		if err := stop(pid); err != nil {
+		if err := stop(pid, p.sock()); err != nil {
 			return false, err
 		}
 	}
 	_ = os.Remove(p.sock())
-	_ = os.Remove(p.file(".pid"))
 	return pid != 0, nil
 }
 
-// running is the service's pid if its process still runs (0 if not),
-// and whether it answers.
-func (p paths) running() (int, bool) {
-	b, err := os.ReadFile(p.file(".pid"))
+// serving is the pid of the service listening on the socket, 0 if none
+// is: the process at the other end of a connection (SO_PEERCRED), if its
+// command line names the socket.
+func (p paths) serving() int {
+	conn, err := net.DialTimeout("unix", p.sock(), time.Second)
 	if err != nil {
-		return 0, false
+		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, false
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0
 	}
-	// The pid is ours only while it serves this socket: a pid reused by
-	// another process must never be signalled.
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil || !servesSocket(int(cred.Pid), p.sock()) {
+		return 0
+	}
+	return int(cred.Pid)
+}
+
+// servesSocket reports whether pid is a live podman service on sock.
+func servesSocket(pid int, sock string) bool {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), "unix://"+p.sock()+"\x00") || zombie(pid) {
-		return 0, false
-	}
-	return pid, ping(p.sock(), 2*time.Second) == nil
+	return err == nil && strings.Contains(string(cmdline), "unix://"+sock+"\x00") && !zombie(pid)
 }
 
 func zombie(pid int) bool {
@@ -344,8 +451,27 @@ func zombie(pid int) bool {
 // ensure makes sure a service answers on the socket: the one there, or a
 // new one. The caller holds the start lock.
 func (l *Lease) ensure(ctx context.Context) error {
-	pid, answers := l.p.running()
-	if pid != 0 && answers {
+	if pid := l.p.serving(); pid != 0 {
+		if err := ping(l.p.sock(), 2*time.Second); err != nil {
+			// Slow or stuck. While others use it, it is theirs:
+			// wait for it as for a start, and never kill it.
+			done, unused, _ := l.p.unused()
+			if unused {
+				err := stop(pid, l.p.sock())
+				done()
+				if err != nil {
+					return err
+				}
+				return l.spawn(ctx)
+			}
+			exited, werr := watch(pid)
+			if werr != nil {
+				return werr
+			}
+			if err := l.p.waitAnswer(ctx, exited, 5*time.Second, func() string { return "" }); err != nil {
+				return fmt.Errorf("the podman service (pid %d) that other sessions use does not answer: %w", pid, err)
+			}
+		}
 		exited, err := watch(pid)
 		if err != nil {
 			return err
@@ -353,11 +479,6 @@ func (l *Lease) ensure(ctx context.Context) error {
 		l.set(pid, exited)
 		return nil
 	}
-	if pid != 0 {
-		// Runs but does not answer: nobody can use it.
-		_ = stop(pid)
-	}
-	_ = os.Remove(l.p.sock())
 	return l.spawn(ctx)
 }
 
@@ -370,15 +491,21 @@ func (l *Lease) set(pid int, exited chan struct{}) {
 // spawn starts the service and waits for it to answer. It runs in a
 // session of its own (no terminal's signal reaches it) and with no
 // parent-death signal: it outlives the session that started it as long
-// as another one uses it.
+// as another one uses it. The caller holds the start lock, and nothing
+// answers on the socket.
 func (l *Lease) spawn(ctx context.Context) error {
-	logf, err := os.OpenFile(l.p.file(".log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	_ = os.Remove(l.p.sock())
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND | unix.O_NOFOLLOW
+	if fi, err := os.Lstat(l.p.file(".log")); err == nil && fi.Size() > logLimit {
+		flags |= os.O_TRUNC
+	}
+	logf, err := os.OpenFile(l.p.file(".log"), flags, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	cmd := exec.Command(l.spec.Podman, "system", "service", "--time=0", "unix://"+l.p.sock())
-	cmd.Env = l.spec.Env
+	cmd.Env = serviceEnv(l.spec.Env)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not the launch dir: a service that outlives its session must not
 	// hold that dir busy.
@@ -388,39 +515,36 @@ func (l *Lease) spawn(ctx context.Context) error {
 		return &StartError{Podman: l.spec.Podman, Err: err}
 	}
 	pid := cmd.Process.Pid
+	_, _ = logf.WriteString(startMark(pid))
 	// Reaped here while this process lives; by init once it is gone.
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	if err := os.WriteFile(l.p.file(".pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
-		_ = cmd.Process.Kill()
-		return err
-	}
 	l.set(pid, exited)
-	if err := l.waitAnswer(ctx, exited); err != nil {
-		_ = stop(pid)
+	if err := l.p.waitAnswer(ctx, exited, time.Second, l.Output); err != nil {
+		_ = stop(pid, l.p.sock())
 		_ = os.Remove(l.p.sock())
-		_ = os.Remove(l.p.file(".pid"))
 		return err
 	}
 	return nil
 }
 
-// waitAnswer waits for a service just started to answer on the socket.
-func (l *Lease) waitAnswer(ctx context.Context, exited <-chan struct{}) error {
+// waitAnswer waits for the service to answer on the socket, each ask
+// given up to patience.
+func (p paths) waitAnswer(ctx context.Context, exited <-chan struct{}, patience time.Duration, output func() string) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if err := ping(l.p.sock(), time.Second); err == nil {
+		if err := ping(p.sock(), patience); err == nil {
 			return nil
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("the podman service exited: %s", l.Output())
+			return fmt.Errorf("the podman service exited: %s", output())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the podman service did not start within %s: check `podman info`", startTimeout)
+			return fmt.Errorf("the podman service did not answer within %s: check `podman info`", startTimeout)
 		}
 	}
 }
@@ -480,34 +604,47 @@ func watch(pid int) (chan struct{}, error) {
 	}
 	go func() {
 		defer unix.Close(fd)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
-				break
-			}
-		}
+		waitPidfd(fd, -1)
 		close(exited)
 	}()
 	return exited, nil
 }
 
-// stop ends the service: SIGTERM, then SIGKILL if it lingers.
-func stop(pid int) error {
-	exited, err := watch(pid)
+// waitPidfd waits up to ms milliseconds (-1: for ever) for the process
+// to end, and reports whether it did.
+func waitPidfd(fd, ms int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+// stop ends the service on sock: SIGTERM, then SIGKILL if it lingers. The
+// signals go through a pidfd opened while pid still served sock, so a
+// pid reused meanwhile is never signalled.
+func stop(pid int, sock string) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot stop the podman service (pid %d): %w", pid, err)
 	}
-	_ = unix.Kill(pid, unix.SIGTERM)
-	select {
-	case <-exited:
+	defer unix.Close(fd)
+	if !servesSocket(pid, sock) {
 		return nil
-	case <-time.After(stopTimeout):
 	}
-	_ = unix.Kill(pid, unix.SIGKILL)
-	select {
-	case <-exited:
+	_ = unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0)
+	if waitPidfd(fd, int(stopTimeout/time.Millisecond)) {
 		return nil
-	case <-time.After(stopTimeout):
-		return fmt.Errorf("the podman service (pid %d) did not end on SIGKILL", pid)
 	}
+	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	if waitPidfd(fd, int(stopTimeout/time.Millisecond)) {
+		return nil
+	}
+	return fmt.Errorf("the podman service (pid %d) did not end on SIGKILL", pid)
 }

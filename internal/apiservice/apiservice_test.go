@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,51 +21,67 @@ import (
 const fakeEnv = "APISERVICE_TEST_FAKE_PODMAN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeEnv) != "" {
-		os.Exit(fakePodman(os.Args[1:]))
+	if mode := os.Getenv(fakeEnv); mode != "" {
+		os.Exit(fakePodman(mode, os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
-func fakePodman(args []string) int {
+func fakePodman(mode string, args []string) int {
 	if len(args) != 4 || args[0] != "system" || args[1] != "service" {
 		fmt.Fprintf(os.Stderr, "fake podman: unexpected %q\n", args)
 		return 125
 	}
-	if os.Getenv(fakeEnv) == "hang" {
-		// Never answers; ends on SIGTERM.
-		stop := make(chan os.Signal, 1)
-		signal.Notify(stop, syscall.SIGTERM)
-		<-stop
-		return 0
-	}
-	if os.Getenv(fakeEnv) == "fail" {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	switch mode {
+	case "fail":
 		fmt.Fprintln(os.Stderr, "fake podman: cannot start: no storage")
 		return 125
+	case "hang":
+		<-stop
+		return 0
+	case "env":
+		// Says what it was started with.
+		fmt.Fprintln(os.Stderr, strings.Join(os.Environ(), "\n"))
 	}
 	ln, err := net.Listen("unix", strings.TrimPrefix(args[3], "unix://"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 125
 	}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM)
 	go func() { <-stop; ln.Close() }()
+	var asked atomic.Int32
 	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Slow once started: under load, every answer takes seconds.
+		if mode == "slow" && asked.Add(1) > 1 {
+			time.Sleep(3 * time.Second)
+		}
 		_, _ = w.Write([]byte("OK"))
 	}))
 	return 0
 }
 
-// specFor is a spec for the fake, in a runtime dir of the test's own.
-func specFor(t *testing.T, runtimeDir string, extra ...string) Spec {
+// fake is a podman that runs this test binary as the fake in mode: a
+// script, since the service gets podman's variables only.
+func fake(t *testing.T, mode string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := append([]string{fakeEnv + "=1", "PATH=/usr/bin:/bin", "HOME=/nonexistent"}, extra...)
-	return Spec{Podman: self, RuntimeDir: runtimeDir, Env: env}
+	p := filepath.Join(t.TempDir(), "podman")
+	script := fmt.Sprintf("#!/bin/sh\n%s=%s exec %s \"$@\"\n", fakeEnv, mode, self)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// specFor is a spec for podman in a runtime dir of the test's own.
+func specFor(podman, runtimeDir string, extra ...string) Spec {
+	env := append([]string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}, extra...)
+	return Spec{Podman: podman, RuntimeDir: runtimeDir, Env: env}
 }
 
 func runtimeDir(t *testing.T) string {
@@ -105,9 +122,9 @@ func waitGone(t *testing.T, pid int) {
 
 func TestSharedUntilTheLastLetsGo(t *testing.T) {
 	rt := runtimeDir(t)
-	spec := specFor(t, rt)
-	a := acquire(t, spec)
-	b := acquire(t, specFor(t, rt, "TERM=xterm", "SECRET_KEY=x"))
+	podman := fake(t, "ok")
+	a := acquire(t, specFor(podman, rt))
+	b := acquire(t, specFor(podman, rt, "TERM=xterm", "SECRET_KEY=x"))
 	if a.Pid() != b.Pid() || a.Sock() != b.Sock() {
 		t.Fatalf("two sessions with the same podman environment got two services: %d %s, %d %s", a.Pid(), a.Sock(), b.Pid(), b.Sock())
 	}
@@ -122,12 +139,10 @@ func TestSharedUntilTheLastLetsGo(t *testing.T) {
 		t.Fatalf("the last to let go did not stop the service (stopped %v, %v)", stopped, err)
 	}
 	waitGone(t, pid)
-	for _, f := range []string{b.Sock(), b.p.file(".pid")} {
-		if _, err := os.Lstat(f); err == nil {
-			t.Errorf("%s is left after the service stopped", f)
-		}
+	if _, err := os.Lstat(b.Sock()); err == nil {
+		t.Errorf("the socket is left after the service stopped")
 	}
-	c := acquire(t, spec)
+	c := acquire(t, specFor(podman, rt))
 	defer c.Release()
 	if c.Pid() == pid {
 		t.Fatalf("a new session got the stopped service's pid %d", pid)
@@ -137,24 +152,76 @@ func TestSharedUntilTheLastLetsGo(t *testing.T) {
 	}
 }
 
+func TestTheServiceGetsPodmansVariablesOnly(t *testing.T) {
+	rt := runtimeDir(t)
+	l := acquire(t, specFor(fake(t, "env"), rt, "ANTHROPIC_API_KEY=sk-secret", "NOTIFY_SOCKET=/run/n", "XDG_CONFIG_HOME=/c", "https_proxy=http://p:1"))
+	defer l.Release()
+	out := l.Output()
+	for _, want := range []string{"XDG_CONFIG_HOME=/c", "https_proxy=http://p:1", "PATH=/usr/bin:/bin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the service lacks %s; it got:\n%s", want, out)
+		}
+	}
+	for _, never := range []string{"sk-secret", "NOTIFY_SOCKET"} {
+		if strings.Contains(out, never) {
+			t.Errorf("the service got %s:\n%s", never, out)
+		}
+	}
+}
+
 func TestAnotherPodmanEnvironmentGetsItsOwn(t *testing.T) {
 	rt := runtimeDir(t)
-	a := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/a"))
+	podman := fake(t, "ok")
+	a := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME=/a"))
 	defer a.Release()
 	for _, extra := range []string{"XDG_CONFIG_HOME=/b", "CONTAINERS_CONF=/c", "https_proxy=http://p:3128"} {
-		b := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/a", extra))
+		b := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME=/a", extra))
 		if b.Pid() == a.Pid() {
 			t.Errorf("%s shares the service started without it", extra)
 		}
 		b.Release()
 	}
+	other := acquire(t, specFor(fake(t, "ok"), rt, "XDG_CONFIG_HOME=/a"))
+	if other.Pid() == a.Pid() {
+		t.Errorf("another podman binary shares the service")
+	}
+	other.Release()
+}
+
+func TestAChangedPodmanOrConfigGetsANewService(t *testing.T) {
+	rt := runtimeDir(t)
+	conf := t.TempDir()
+	podman := fake(t, "ok")
+	a := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME="+conf))
+	defer a.Release()
+	if err := os.MkdirAll(filepath.Join(conf, "containers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(conf, "containers", "containers.conf"), []byte("[engine]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME="+conf))
+	defer b.Release()
+	if b.Pid() == a.Pid() {
+		t.Error("a session after the user's containers.conf changed joined the service started before")
+	}
+	now := time.Now().Add(time.Minute)
+	if err := os.Chtimes(podman, now, now); err != nil {
+		t.Fatal(err)
+	}
+	c := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME="+conf))
+	defer c.Release()
+	if c.Pid() == b.Pid() {
+		t.Error("a session after podman changed joined the service started before")
+	}
 }
 
 func TestCollectStopsWhatKilledSessionsLeft(t *testing.T) {
 	rt := runtimeDir(t)
-	used := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/used"))
+	podman := fake(t, "ok")
+	used := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME=/used"))
 	defer used.Release()
-	orphan := acquire(t, specFor(t, rt, "XDG_CONFIG_HOME=/orphan"))
+	orphan := acquire(t, specFor(podman, rt, "XDG_CONFIG_HOME=/orphan"))
 	// What the kernel does for a SIGKILLed session: its lock goes.
 	orphan.users.Close()
 	got := Collect(rt)
@@ -168,31 +235,70 @@ func TestCollectStopsWhatKilledSessionsLeft(t *testing.T) {
 	}
 }
 
-func TestNeverSignalsAPidThatIsNotItsService(t *testing.T) {
+func TestNeverSignalsWhatIsNotItsService(t *testing.T) {
 	rt := runtimeDir(t)
-	l := acquire(t, specFor(t, rt))
+	podman := fake(t, "ok")
+	l := acquire(t, specFor(podman, rt))
+	sock := l.Sock()
 	pid := l.Pid()
 	l.Release()
 	waitGone(t, pid)
-	// A pid file left pointing at a process that is not the service
-	// (a reused pid): this test's own process.
-	if err := os.WriteFile(l.p.file(".pid"), []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
+	// Another program of the user's listens on the socket's path: this
+	// test's own process.
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	if got := Collect(rt); len(got) != 0 {
 		t.Fatalf("Collect stopped %q", got)
 	}
-	m := acquire(t, specFor(t, rt))
+	m := acquire(t, specFor(podman, rt))
 	defer m.Release()
 	if m.Pid() == os.Getpid() {
 		t.Fatal("took this process for the service")
+	}
+	if err := ping(m.Sock(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestASlowServiceInUseIsWaitedForNotKilled(t *testing.T) {
+	rt := runtimeDir(t)
+	podman := fake(t, "slow")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a, err := Acquire(ctx, specFor(podman, rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	// Each ping takes 3 s, longer than a look allows: the second session
+	// must wait for it, not take it for stuck and kill it.
+	b, err := Acquire(ctx, specFor(podman, rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	if b.Pid() != a.Pid() || !alive(a.Pid()) {
+		t.Fatalf("the second session replaced the slow service (%d, was %d)", b.Pid(), a.Pid())
 	}
 }
 
 func TestDeathIsSeenAndRestartServesTheSameSocket(t *testing.T) {
 	rt := runtimeDir(t)
-	a := acquire(t, specFor(t, rt))
-	b := acquire(t, specFor(t, rt))
+	podman := fake(t, "ok")
+	a := acquire(t, specFor(podman, rt))
+	b := acquire(t, specFor(podman, rt))
 	defer a.Release()
 	defer b.Release()
 	old := a.Pid()
@@ -223,17 +329,34 @@ func TestDeathIsSeenAndRestartServesTheSameSocket(t *testing.T) {
 
 func TestAServiceThatCannotStartSaysWhy(t *testing.T) {
 	rt := runtimeDir(t)
-	spec := specFor(t, rt)
-	spec.Env[0] = fakeEnv + "=fail"
-	_, err := Acquire(context.Background(), spec)
+	_, err := Acquire(context.Background(), specFor(fake(t, "fail"), rt))
 	if err == nil || !strings.Contains(err.Error(), "no storage") {
 		t.Fatalf("err = %v, want the service's own words", err)
 	}
-	spec.Podman = filepath.Join(rt, "no-such-podman")
-	_, err = Acquire(context.Background(), spec)
+	_, err = Acquire(context.Background(), specFor(filepath.Join(rt, "no-such-podman"), rt))
 	var se *StartError
 	if err == nil || !errors.As(err, &se) {
 		t.Fatalf("err = %v, want a StartError", err)
+	}
+}
+
+func TestAGivenUpStartLeavesNothing(t *testing.T) {
+	rt := runtimeDir(t)
+	spec := specFor(fake(t, "hang"), rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := Acquire(ctx, spec); err == nil {
+		t.Fatal("a service that never answered was taken")
+	}
+	p := paths{filepath.Join(rt, DirName), Key(resolve(spec.Podman), spec.Env)}
+	if _, err := os.Lstat(p.sock()); err == nil {
+		t.Errorf("%s is left after the start was given up", p.sock())
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		if b, _ := os.ReadFile(c); strings.Contains(string(b), p.sock()) {
+			t.Errorf("the service that never answered still runs: %s", c)
+		}
 	}
 }
 
@@ -249,7 +372,7 @@ func TestRefusesASharedDirOthersCanReach(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Chmod(dir, 0o755)
-			_, err := Acquire(context.Background(), specFor(t, rt))
+			_, err := Acquire(context.Background(), specFor(fake(t, "ok"), rt))
 			if err == nil || !strings.Contains(err.Error(), "closed to others") {
 				t.Fatalf("err = %v, want a refusal naming the dir", err)
 			}
@@ -260,38 +383,12 @@ func TestRefusesASharedDirOthersCanReach(t *testing.T) {
 func TestKeyIgnoresWhatPodmanDoesNotRead(t *testing.T) {
 	base := []string{"HOME=/h", "PATH=/bin", "XDG_RUNTIME_DIR=/run/user/1"}
 	k := Key("/usr/bin/podman", base)
-	if Key("/usr/bin/podman", append(base, "TERM=xterm", "ANTHROPIC_API_KEY=sk", "PWD=/x", "SHLVL=2")) != k {
+	if Key("/usr/bin/podman", append(base, "TERM=xterm", "ANTHROPIC_API_KEY=sk", "PWD=/x", "SHLVL=2", "NOTIFY_SOCKET=/n")) != k {
 		t.Error("the terminal, the shell or a key changed the service")
 	}
-	for _, kv := range []string{"XDG_CONFIG_HOME=/c", "CONTAINERS_STORAGE_CONF=/s", "HTTPS_PROXY=http://p", "TMPDIR=/t", "LD_PRELOAD=/x.so"} {
+	for _, kv := range []string{"XDG_CONFIG_HOME=/c", "CONTAINERS_STORAGE_CONF=/s", "HTTPS_PROXY=http://p", "TMPDIR=/t", "LD_PRELOAD=/x.so", "USER=u"} {
 		if Key("/usr/bin/podman", append(base, kv)) == k {
 			t.Errorf("%s did not change the service", kv)
-		}
-	}
-	if Key("/opt/podman5/bin/podman", base) == k {
-		t.Error("another podman binary shares the service")
-	}
-}
-
-func TestAGivenUpStartLeavesNothing(t *testing.T) {
-	rt := runtimeDir(t)
-	spec := specFor(t, rt)
-	spec.Env[0] = fakeEnv + "=hang"
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := Acquire(ctx, spec); err == nil {
-		t.Fatal("a service that never answered was taken")
-	}
-	p := paths{filepath.Join(rt, DirName), Key(spec.Podman, spec.Env)}
-	for _, f := range []string{p.sock(), p.file(".pid")} {
-		if _, err := os.Lstat(f); err == nil {
-			t.Errorf("%s is left after the start was given up", f)
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, c := range procs {
-		if b, _ := os.ReadFile(c); strings.Contains(string(b), p.sock()) {
-			t.Errorf("the service that never answered still runs: %s", c)
 		}
 	}
 }

@@ -5,9 +5,9 @@
 // session in a child, the keeper, with the same arguments and streams, and
 // wait for the keeper to hand back an exit code over a pipe. The keeper is
 // the session in every other respect: it names the session, owns its
-// labels and its claim on the launch dir, and runs its private podman
-// service, so `gc` and the next session's start see a live owner until the
-// teardown is done. A killed keeper leaves what any killed launcher leaves,
+// labels and its claim on the launch dir, and holds its share of the
+// podman API service, so `gc` and the next session's start see a live
+// owner until the teardown is done. A killed keeper leaves what any killed launcher leaves,
 // which `gc` and the next start collect. A killed foreground takes the
 // session down with it (the keeper gets SIGTERM), as a killed launcher's
 // terminal would.
