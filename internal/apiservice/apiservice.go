@@ -521,11 +521,32 @@ func (l *Lease) spawn(ctx context.Context) error {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	l.set(pid, exited)
 	if err := l.p.waitAnswer(ctx, exited, time.Second, l.Output); err != nil {
-		_ = stop(pid, l.p.sock())
+		// Our own child, not yet reaped: signalled as such. Its command
+		// line may not name the socket yet (podman's start re-executes
+		// itself), so stop's check would pass it by.
+		stopChild(cmd.Process, exited)
+		if pid := l.p.serving(); pid != 0 {
+			_ = stop(pid, l.p.sock())
+		}
 		_ = os.Remove(l.p.sock())
 		return err
 	}
 	return nil
+}
+
+// stopChild ends a service this process started and has not reaped.
+func stopChild(proc *os.Process, exited <-chan struct{}) {
+	_ = proc.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return
+	case <-time.After(stopTimeout):
+	}
+	_ = proc.Kill()
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+	}
 }
 
 // waitAnswer waits for the service to answer on the socket, each ask
