@@ -229,13 +229,16 @@ func serveWatching(ctx context.Context, forwards []forward, file *forwardsFile) 
 // those of removed pairs with their open relays. At the end it closes the
 // listeners and every open relay, and returns once they are all gone.
 func serveListeners(ctx context.Context, ls []listener, file *forwardsFile, log io.Writer) {
+	// The launcher, attached to our output, starts the agent on this line:
+	// first, since every listener is open already. A list of many
+	// host:port entries is a line each, which the launcher need not wait
+	// for.
+	fmt.Fprintln(log, readyLine)
 	current := make([]forward, len(ls))
 	for i, l := range ls {
 		current[i] = l.forward
 		fmt.Fprintf(log, "forwarder: listening on %s, forwarding to %s\n", l.ln.Addr(), l.describe())
 	}
-	// The launcher, attached to our output, starts the agent on this line.
-	fmt.Fprintln(log, readyLine)
 	r := newRelays(ctx, log)
 	for _, l := range ls {
 		r.start(l)

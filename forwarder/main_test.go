@@ -541,8 +541,8 @@ func TestMainSignal(t *testing.T) {
 		first, _ := lines.ReadString('\n')
 		second, _ := lines.ReadString('\n')
 		want := "forwarder: listening on " + listen + ", forwarding to " + addrOf(up).String() + "\n"
-		if first != want || second != readyLine+"\n" {
-			t.Errorf("log %q %q, want %q then the ready line", first, second, want)
+		if first != readyLine+"\n" || second != want {
+			t.Errorf("log %q %q, want the ready line then %q", first, second, want)
 		}
 		if err := roundTrip(dial(t, listen), 1<<16, 3); err != nil {
 			t.Error(err)

@@ -256,8 +256,18 @@ func (p *Proxy) Warm() {
 	p.mint(p.policy.Load())
 }
 
+// warmLeaves bounds the certificates minted ahead of time. A leaf costs
+// a signature (about 0.1 ms); a list of thousands of names would keep a
+// core busy for half a second just as the agent starts, and push the
+// cache past maxLeaves. Past this many, names get theirs on first use.
+const warmLeaves = 256
+
 func (p *Proxy) mint(pol *policy) {
+	n := 0
 	for h := range pol.hosts {
+		if n++; n > warmLeaves {
+			return
+		}
 		if _, err := p.ca.leaf(h); err != nil {
 			p.cfg.Log.Printf("inspect: %v", err)
 		}

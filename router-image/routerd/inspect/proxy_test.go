@@ -7,6 +7,7 @@ import (
 	"encoding/asn1"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -633,5 +634,27 @@ func TestQueryUnescapes(t *testing.T) {
 		if got, _ := stripQuery(raw, false); got != want {
 			t.Errorf("stripQuery(%q) = %q, want %q", raw, got, want)
 		}
+	}
+}
+
+// TestWarmMintsABoundedNumber: a long list's names are not all signed at
+// start (half a CPU-second as the agent starts); the rest get theirs on
+// first use.
+func TestWarmMintsABoundedNumber(t *testing.T) {
+	ca, err := newAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := &policy{hosts: map[string]bool{}}
+	for i := range 3 * warmLeaves {
+		pol.hosts[fmt.Sprintf("h%d.test", i)] = true
+	}
+	p := &Proxy{ca: ca, cfg: Config{Log: log.New(io.Discard, "", 0)}}
+	p.mint(pol)
+	if got := len(ca.leaves); got != warmLeaves {
+		t.Fatalf("minted %d certificates ahead of time, want %d", got, warmLeaves)
+	}
+	if _, err := ca.leaf("h1000.test"); err != nil {
+		t.Fatal(err)
 	}
 }
