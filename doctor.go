@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
 	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
 )
@@ -53,7 +54,12 @@ func realDoctorEnv(set settings) doctorEnv {
 		name = u.Username
 	}
 	return doctorEnv{
-		lookPath:  exec.LookPath,
+		// As a session finds it: never in the current dir, which may be
+		// a project an agent wrote.
+		lookPath: func(name string) (string, error) {
+			cwd, _ := os.Getwd()
+			return apiservice.LookPodman(name, os.Environ(), realpath(cwd))
+		},
 		run:       runDoctorCommand,
 		readFile:  os.ReadFile,
 		stat:      os.Stat,

@@ -2,7 +2,10 @@
 
 package main
 
-import "github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+import (
+	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+)
 
 // mutation names the one defence this binary is built without, set with
 // -ldflags "-X main.mutation=NAME" by hack/mutation-check, which checks
@@ -14,5 +17,9 @@ func mutated(name string) bool { return mutation == name }
 // mutating: see mutation_off.go.
 const mutating = true
 
-// The launch dir's defences live in their own package.
-func init() { projectdir.Mutate(mutation) }
+// The launch dir's defences and podman's lookup live in their own
+// packages.
+func init() {
+	projectdir.Mutate(mutation)
+	apiservice.Mutate(mutation)
+}

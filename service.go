@@ -87,7 +87,10 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 // it. The returned stop func is never nil and must be called even on
 // error: it lets go of the service, which stops if nobody else uses it.
 func startService(ctx context.Context, podman, runtimeDir string, out io.Writer) (context.Context, engine, func(), error) {
-	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ()})
+	// The current dir is a session's launch dir, or where a command was
+	// run: podman is never looked up there.
+	cwd, _ := os.Getwd()
+	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ(), Cwd: realpath(cwd)})
 	if err != nil {
 		var se *apiservice.StartError
 		if errors.As(err, &se) && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) {

@@ -32,6 +32,7 @@ var fileRows = []secRow{
 	{18, "git config, hooks and agent settings written inside never run on the host; git works inside; a new repository is listed at exit", rowGitEscapes},
 	{19, "*_proxy variables of the launcher (credentials included) never reach the agent", rowProxyEnv},
 	{20, "each project has a home of its own; gc lists and removes the homes of projects that are gone", rowProjectHomes},
+	{50, "a podman the agent leaves in its launch dir (.venv/bin on PATH, the current dir, an empty PATH entry) never runs on the host: not for the session, not for gc", rowPlantedPodman},
 }
 
 func rowSocketDirs(t *testing.T, ev *evidence) {
@@ -601,4 +602,52 @@ func runBin(t *testing.T, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("agent-sandbox %s: %v\n%s", strings.Join(args, " "), err, indent(string(out)))
 	return string(out), err
+}
+
+// rowPlantedPodman: the launch dir is the agent's, and an activated
+// virtualenv or direnv puts a dir of it first on PATH. A podman found
+// there would run on the host with the user's rights at the next start.
+func rowPlantedPodman(t *testing.T, ev *evidence) {
+	real, err := exec.LookPath("podman")
+	if err != nil {
+		t.Fatal(err)
+	}
+	canary := filepath.Join(mkdir(t, "canary-"), "ran")
+	// What an agent would leave: a podman that does its work (so that
+	// nothing looks wrong) and leaves a mark.
+	planted := "#!/bin/sh\necho \"$*\" >> " + canary + "\nexec " + real + " \"$@\"\n"
+	dir := launchDir(t)
+	venv := filepath.Join(dir, ".venv", "bin")
+	if err := os.MkdirAll(venv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{venv, dir} {
+		if err := os.WriteFile(filepath.Join(d, "podman"), []byte(planted), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := venv + "::.:" + os.Getenv("PATH")
+	env := map[string]string{"PATH": path, "AGENT_SANDBOX_PODMAN": ""}
+	r := runSession(t, sessionOpts{Dir: dir, Env: env, Cmd: []string{"true"}})
+	wantCode(t, r, 0)
+	gc := runSession(t, sessionOpts{Dir: dir, Env: env, Args: []string{"gc"}})
+	wantCode(t, gc, 0)
+	if b, err := os.ReadFile(canary); err == nil {
+		t.Errorf("LEAK: the podman planted in the launch dir ran on the host: %q", b)
+	}
+	// Opened path: the same podman in a dir of the user's own, first on
+	// PATH, is the user's choice and runs.
+	own := mkdir(t, "userbin-")
+	if err := os.WriteFile(filepath.Join(own, "podman"), []byte(planted), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = runSession(t, sessionOpts{Env: map[string]string{"PATH": own + ":" + os.Getenv("PATH"), "AGENT_SANDBOX_PODMAN": ""}, Cmd: []string{"true"}})
+	wantCode(t, r, 0)
+	b, err := os.ReadFile(canary)
+	if err != nil || !strings.Contains(string(b), "system service") {
+		t.Fatalf("opened path: a podman first on PATH outside the launch dir did not run: %q, %v", b, err)
+	}
+	if !t.Failed() {
+		ev.add("with %s/.venv/bin, an empty entry and . first on PATH, a session and gc ran the real podman and the planted one never; from a user dir first on PATH it ran (%s)", "$launch", strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	}
 }

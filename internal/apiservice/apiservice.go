@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,16 +72,30 @@ type Spec struct {
 	// that podman reads (see keyed), and nothing else: not the keys the
 	// session holds, not a notify socket.
 	Env []string
+	// Cwd is where the launcher runs: a session's launch dir, which the
+	// agent writes. Neither podman nor a program podman runs is looked
+	// up there (see trustedPath).
+	Cwd string
 }
 
 // keyed reports whether podman, or a helper it runs (conmon, runc,
 // netavark), reads the variable: the service runs with these only, and
 // sessions that differ in one get services of their own.
+//
+// Not CONTAINER_HOST or CONTAINER_CONNECTION, which make podman a remote
+// client that cannot serve, nor a passphrase; not the XDG variables of a
+// desktop session, which differ per login and would keep sessions apart
+// for nothing.
 func keyed(name string) bool {
-	for _, p := range []string{"CONTAINERS_", "CONTAINER_", "_CONTAINERS_", "XDG_", "REGISTRY_", "STORAGE_", "BUILDAH_", "PODMAN_", "LD_"} {
+	for _, p := range []string{"CONTAINERS_", "_CONTAINERS_", "REGISTRY_", "STORAGE_", "BUILDAH_", "PODMAN_", "LD_"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
+	}
+	switch name {
+	case "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_DATA_DIRS", "XDG_CACHE_HOME",
+		"DOCKER_CONFIG", "REGISTRIES_CONFIG_PATH", "container":
+		return true
 	}
 	switch strings.ToLower(name) {
 	case "home", "path", "user", "logname", "tmpdir", "dbus_session_bus_address", "ssl_cert_file", "ssl_cert_dir",
@@ -90,44 +105,106 @@ func keyed(name string) bool {
 	return false
 }
 
-// serviceEnv is the part of env the service runs with.
-func serviceEnv(env []string) []string {
+// serviceEnv is the part of env the service runs with, its PATH the
+// trusted one.
+func serviceEnv(env []string, cwd string) []string {
 	var out []string
 	for _, kv := range env {
-		if name, _, ok := strings.Cut(kv, "="); ok && keyed(name) {
-			out = append(out, kv)
+		name, v, ok := strings.Cut(kv, "=")
+		if !ok || !keyed(name) {
+			continue
 		}
+		if name == "PATH" {
+			kv = "PATH=" + trustedPath(v, cwd)
+		}
+		out = append(out, kv)
 	}
 	slices.Sort(out)
 	return out
 }
 
-// resolve is the podman binary as it will be run: found on PATH, or made
-// absolute, so that the key and the start name the same file.
-func resolve(podman string) string {
-	if p, err := exec.LookPath(podman); err == nil {
-		podman = p
+func lookupEnv(env []string, name string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
 	}
-	if p, err := filepath.Abs(podman); err == nil {
-		podman = p
+	return ""
+}
+
+// inside reports whether p is dir or lies under it, both resolved.
+func inside(p, dir string) bool {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
 	}
-	return podman
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// trustedPath is path without the entries an agent could have written: an
+// empty or relative one (the current dir, which is the launch dir) and
+// one inside cwd (an activated .venv/bin, a direnv bin, node_modules/.bin).
+// podman looks up its helpers (pasta, slirp4netns, the OCI runtime) on
+// the PATH it is given.
+func trustedPath(path, cwd string) string {
+	if mutated("podman-path-open") {
+		return path
+	}
+	var keep []string
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) || (cwd != "" && inside(d, cwd)) {
+			continue
+		}
+		keep = append(keep, d)
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
+}
+
+// LookPodman finds podman as a session runs it (doctor runs the same).
+func LookPodman(podman string, env []string, cwd string) (string, error) {
+	return resolve(podman, env, cwd)
+}
+
+// resolve finds the podman binary as it will be run, so that the key and
+// the start name the same file: a bare name on the trusted PATH, or an
+// absolute path; never a file in cwd.
+func resolve(podman string, env []string, cwd string) (string, error) {
+	var found string
+	switch {
+	case strings.Contains(podman, "/"):
+		if !filepath.IsAbs(podman) {
+			return "", fmt.Errorf("podman %s: give an absolute path, or a name to look up on PATH", podman)
+		}
+		found = podman
+	default:
+		for _, d := range filepath.SplitList(trustedPath(lookupEnv(env, "PATH"), cwd)) {
+			if !filepath.IsAbs(d) {
+				d = filepath.Join(cwd, d)
+			}
+			c := filepath.Join(d, podman)
+			if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				found = c
+				break
+			}
+		}
+		if found == "" {
+			return "", &StartError{Podman: podman, Err: exec.ErrNotFound}
+		}
+	}
+	if cwd != "" && inside(found, cwd) && !mutated("podman-path-open") {
+		return "", fmt.Errorf("refusing to run podman %s: it lies in %s, which the agent can write", found, cwd)
+	}
+	return found, nil
 }
 
 // configFiles are podman's config files: a service started before one of
 // them changed is not the one the user now asks for.
 func configFiles(env []string) []string {
-	get := func(name string) string {
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, name+"="); ok {
-				return v
-			}
-		}
-		return ""
-	}
-	userConf := get("XDG_CONFIG_HOME")
-	if userConf == "" && get("HOME") != "" {
-		userConf = filepath.Join(get("HOME"), ".config")
+	userConf := lookupEnv(env, "XDG_CONFIG_HOME")
+	if home := lookupEnv(env, "HOME"); userConf == "" && home != "" {
+		userConf = filepath.Join(home, ".config")
 	}
 	files := []string{
 		"/usr/share/containers/containers.conf", "/etc/containers/containers.conf",
@@ -144,9 +221,10 @@ func configFiles(env []string) []string {
 // Key names the service for a podman binary (resolved) and an
 // environment: the binary and its config files as they are now, the
 // variables podman reads, and what the service inherits from the process
-// that starts it (its resource limits and cgroup), which its containers
-// get.
-func Key(podman string, env []string) string {
+// that starts it, which its containers get: its resource limits, nice
+// value, CPUs and cgroup (a desktop ends a terminal's cgroup with every
+// process in it).
+func Key(podman string, env []string, cwd string) string {
 	h := sha256.New()
 	stamp := func(f string) {
 		if fi, err := os.Stat(f); err == nil {
@@ -165,14 +243,19 @@ func Key(podman string, env []string) string {
 	for _, f := range configFiles(env) {
 		stamp(f)
 	}
-	for _, kv := range serviceEnv(env) {
+	for _, kv := range serviceEnv(env, cwd) {
 		fmt.Fprintf(h, "%s\x00", kv)
 	}
-	for _, r := range []int{unix.RLIMIT_NOFILE, unix.RLIMIT_NPROC, unix.RLIMIT_CORE, unix.RLIMIT_MEMLOCK} {
+	for r := 0; r < 16; r++ {
 		var lim unix.Rlimit
-		_ = unix.Getrlimit(r, &lim)
-		fmt.Fprintf(h, "rlimit %d %d %d\x00", r, lim.Cur, lim.Max)
+		if unix.Getrlimit(r, &lim) == nil {
+			fmt.Fprintf(h, "rlimit %d %d %d\x00", r, lim.Cur, lim.Max)
+		}
 	}
+	prio, _ := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	var cpus unix.CPUSet
+	_ = unix.SchedGetaffinity(0, &cpus)
+	fmt.Fprintf(h, "nice %d cpus %v\x00", prio, cpus)
 	cg, _ := os.ReadFile("/proc/self/cgroup")
 	h.Write(cg)
 	return hex.EncodeToString(h.Sum(nil))[:16]
@@ -211,6 +294,7 @@ type Lease struct {
 	mu     sync.Mutex
 	pid    int
 	exited chan struct{} // closed when pid has ended
+	gen    int           // the service's start mark in the log
 }
 
 // Sock is the service's socket.
@@ -230,23 +314,44 @@ func (l *Lease) Exited() <-chan struct{} {
 	return l.exited
 }
 
-// startMark opens each service's part of the shared log.
-func startMark(pid int) string {
-	return fmt.Sprintf("--- agent-sandbox: podman service pid %d started\n", pid)
-}
+// markPrefix opens each start's part of the shared log, numbered, so that
+// a session reads what its own service wrote even after another session
+// started the next one.
+const markPrefix = "--- agent-sandbox: podman service start "
 
-// Output is the tail of what the lease's current service process wrote.
-func (l *Lease) Output() string {
-	f, err := os.OpenFile(l.p.file(".log"), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+// readLog is the log's last logLimit bytes.
+func (p paths) readLog() string {
+	f, err := os.OpenFile(p.file(".log"), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, logLimit+64<<10))
-	s := string(b)
-	if i := strings.LastIndex(s, startMark(l.Pid())); i >= 0 {
-		s = s[i+len(startMark(l.Pid())):]
-		if j := strings.Index(s, "--- agent-sandbox: podman service pid "); j >= 0 {
+	if fi, err := f.Stat(); err == nil && fi.Size() > logLimit {
+		_, _ = f.Seek(-logLimit, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, logLimit))
+	return string(b)
+}
+
+// lastMark is the number of the last start in the log, 0 if none.
+func lastMark(log string) int {
+	i := strings.LastIndex(log, markPrefix)
+	if i < 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(log[i+len(markPrefix):], "\n", 2)[0]))
+	return n
+}
+
+// Output is the tail of what the lease's service wrote.
+func (l *Lease) Output() string {
+	s := l.p.readLog()
+	l.mu.Lock()
+	mark := fmt.Sprintf("%s%d\n", markPrefix, l.gen)
+	l.mu.Unlock()
+	if i := strings.LastIndex(s, mark); i >= 0 {
+		s = s[i+len(mark):]
+		if j := strings.Index(s, markPrefix); j >= 0 {
 			s = s[:j]
 		}
 	}
@@ -263,8 +368,10 @@ func Acquire(ctx context.Context, spec Spec) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Podman = resolve(spec.Podman)
-	l := &Lease{p: paths{dir, Key(spec.Podman, spec.Env)}, spec: spec}
+	if spec.Podman, err = resolve(spec.Podman, spec.Env, spec.Cwd); err != nil {
+		return nil, err
+	}
+	l := &Lease{p: paths{dir, Key(spec.Podman, spec.Env, spec.Cwd)}, spec: spec}
 	unlock, err := l.p.lock(ctx)
 	if err != nil {
 		return nil, err
@@ -332,7 +439,7 @@ func Collect(runtimeDir string) []string {
 		if !ok {
 			continue
 		}
-		pid := p.serving()
+		pid, _ := p.serving()
 		if ok, _ := p.stopIfUnused(); ok && pid != 0 {
 			stopped = append(stopped, fmt.Sprintf("the unused podman service %s (pid %d)", p.key, pid))
 		}
@@ -397,37 +504,57 @@ func (p paths) stopIfUnused() (bool, error) {
 		return false, err
 	}
 	defer done()
-	pid := p.serving()
+	pid, state := p.serving()
 	if pid != 0 {
 		if err := stop(pid, p.sock()); err != nil {
 			return false, err
 		}
 	}
-	_ = os.Remove(p.sock())
+	if state != busy {
+		_ = os.Remove(p.sock())
+	}
 	return pid != 0, nil
 }
 
+// socketState is what a connection to the socket found.
+type socketState int
+
+const (
+	none socketState = iota // no socket, or nobody of ours listens
+	up                      // a service listens: its pid
+	busy                    // it could not tell (a full backlog, a timeout)
+)
+
 // serving is the pid of the service listening on the socket, 0 if none
 // is: the process at the other end of a connection (SO_PEERCRED), if its
-// command line names the socket.
-func (p paths) serving() int {
+// command line names the socket. Only a missing socket or a refused
+// connection means none: a socket that a live service may hold is never
+// taken for a stale one.
+func (p paths) serving() (int, socketState) {
 	conn, err := net.DialTimeout("unix", p.sock(), time.Second)
 	if err != nil {
-		return 0
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return 0, none
+		}
+		return 0, busy
 	}
 	defer conn.Close()
 	raw, err := conn.(*net.UnixConn).SyscallConn()
 	if err != nil {
-		return 0
+		return 0, busy
 	}
 	var cred *unix.Ucred
 	_ = raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
-	if err != nil || cred == nil || !servesSocket(int(cred.Pid), p.sock()) {
-		return 0
+	if err != nil || cred == nil {
+		return 0, busy
 	}
-	return int(cred.Pid)
+	if !servesSocket(int(cred.Pid), p.sock()) {
+		// Another program of the user's listens there.
+		return 0, none
+	}
+	return int(cred.Pid), up
 }
 
 // servesSocket reports whether pid is a live podman service on sock.
@@ -451,7 +578,18 @@ func zombie(pid int) bool {
 // ensure makes sure a service answers on the socket: the one there, or a
 // new one. The caller holds the start lock.
 func (l *Lease) ensure(ctx context.Context) error {
-	if pid := l.p.serving(); pid != 0 {
+	pid, state := l.p.serving()
+	for deadline := time.Now().Add(startTimeout); state == busy; pid, state = l.p.serving() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the podman service on %s does not take connections: try again, or see `podman info`", l.p.sock())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if pid != 0 {
 		if err := ping(l.p.sock(), 2*time.Second); err != nil {
 			// Slow or stuck. While others use it, it is theirs:
 			// wait for it as for a start, and never kill it.
@@ -464,10 +602,7 @@ func (l *Lease) ensure(ctx context.Context) error {
 				}
 				return l.spawn(ctx)
 			}
-			exited, werr := watch(pid)
-			if werr != nil {
-				return werr
-			}
+			exited, _ := watch(pid)
 			if err := l.p.waitAnswer(ctx, exited, 5*time.Second, func() string { return "" }); err != nil {
 				return fmt.Errorf("the podman service (pid %d) that other sessions use does not answer: %w", pid, err)
 			}
@@ -476,15 +611,20 @@ func (l *Lease) ensure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.set(pid, exited)
+		// The pidfd is open: a pid that still serves the socket now is
+		// the service, not a reused pid.
+		if !servesSocket(pid, l.p.sock()) {
+			return l.spawn(ctx)
+		}
+		l.set(pid, exited, lastMark(l.p.readLog()))
 		return nil
 	}
 	return l.spawn(ctx)
 }
 
-func (l *Lease) set(pid int, exited chan struct{}) {
+func (l *Lease) set(pid int, exited chan struct{}, gen int) {
 	l.mu.Lock()
-	l.pid, l.exited = pid, exited
+	l.pid, l.exited, l.gen = pid, exited, gen
 	l.mu.Unlock()
 }
 
@@ -499,13 +639,18 @@ func (l *Lease) spawn(ctx context.Context) error {
 	if fi, err := os.Lstat(l.p.file(".log")); err == nil && fi.Size() > logLimit {
 		flags |= os.O_TRUNC
 	}
+	gen := lastMark(l.p.readLog()) + 1
 	logf, err := os.OpenFile(l.p.file(".log"), flags, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
+	// Before the start: what a service that fails at once writes follows.
+	if _, err := fmt.Fprintf(logf, "%s%d\n", markPrefix, gen); err != nil {
+		return err
+	}
 	cmd := exec.Command(l.spec.Podman, "system", "service", "--time=0", "unix://"+l.p.sock())
-	cmd.Env = serviceEnv(l.spec.Env)
+	cmd.Env = serviceEnv(l.spec.Env, l.spec.Cwd)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not the launch dir: a service that outlives its session must not
 	// hold that dir busy.
@@ -515,21 +660,27 @@ func (l *Lease) spawn(ctx context.Context) error {
 		return &StartError{Podman: l.spec.Podman, Err: err}
 	}
 	pid := cmd.Process.Pid
-	_, _ = logf.WriteString(startMark(pid))
 	// Reaped here while this process lives; by init once it is gone.
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	l.set(pid, exited)
+	l.set(pid, exited, gen)
 	if err := l.p.waitAnswer(ctx, exited, time.Second, l.Output); err != nil {
 		// Our own child, not yet reaped: signalled as such. Its command
 		// line may not name the socket yet (podman's start re-executes
 		// itself), so stop's check would pass it by.
 		stopChild(cmd.Process, exited)
-		if pid := l.p.serving(); pid != 0 {
+		if pid, _ := l.p.serving(); pid != 0 {
 			_ = stop(pid, l.p.sock())
 		}
 		_ = os.Remove(l.p.sock())
 		return err
+	}
+	// Rootless podman may serve from a child it forked: every session
+	// watches, names and stops the process that listens.
+	if lpid, state := l.p.serving(); state == up && lpid != pid {
+		if lexited, err := watch(lpid); err == nil {
+			l.set(lpid, lexited, gen)
+		}
 	}
 	return nil
 }
@@ -653,7 +804,7 @@ func stop(pid int, sock string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("cannot stop the podman service (pid %d): %w", pid, err)
+		return stopByPid(pid, sock)
 	}
 	defer unix.Close(fd)
 	if !servesSocket(pid, sock) {
@@ -666,6 +817,23 @@ func stop(pid int, sock string) error {
 	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 	if waitPidfd(fd, int(stopTimeout/time.Millisecond)) {
 		return nil
+	}
+	return fmt.Errorf("the podman service (pid %d) did not end on SIGKILL", pid)
+}
+
+// stopByPid is stop on a kernel without pidfds (before 5.3): the command
+// line is checked right before each signal.
+func stopByPid(pid int, sock string) error {
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
+		if !servesSocket(pid, sock) {
+			return nil
+		}
+		_ = unix.Kill(pid, sig)
+		for deadline := time.Now().Add(stopTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if !servesSocket(pid, sock) {
+				return nil
+			}
+		}
 	}
 	return fmt.Errorf("the podman service (pid %d) did not end on SIGKILL", pid)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -348,7 +349,7 @@ func TestAGivenUpStartLeavesNothing(t *testing.T) {
 	if _, err := Acquire(ctx, spec); err == nil {
 		t.Fatal("a service that never answered was taken")
 	}
-	p := paths{filepath.Join(rt, DirName), Key(resolve(spec.Podman), spec.Env)}
+	p := paths{filepath.Join(rt, DirName), Key(spec.Podman, spec.Env, spec.Cwd)}
 	if _, err := os.Lstat(p.sock()); err == nil {
 		t.Errorf("%s is left after the start was given up", p.sock())
 	}
@@ -382,13 +383,118 @@ func TestRefusesASharedDirOthersCanReach(t *testing.T) {
 
 func TestKeyIgnoresWhatPodmanDoesNotRead(t *testing.T) {
 	base := []string{"HOME=/h", "PATH=/bin", "XDG_RUNTIME_DIR=/run/user/1"}
-	k := Key("/usr/bin/podman", base)
-	if Key("/usr/bin/podman", append(base, "TERM=xterm", "ANTHROPIC_API_KEY=sk", "PWD=/x", "SHLVL=2", "NOTIFY_SOCKET=/n")) != k {
-		t.Error("the terminal, the shell or a key changed the service")
+	k := Key("/usr/bin/podman", base, "")
+	if Key("/usr/bin/podman", append(base, "TERM=xterm", "ANTHROPIC_API_KEY=sk", "PWD=/x", "SHLVL=2", "NOTIFY_SOCKET=/n",
+		"XDG_SESSION_ID=4", "CONTAINER_HOST=unix:///x", "CONTAINER_PASSPHRASE=p"), "") != k {
+		t.Error("the terminal, the shell, a key or a remote podman's variables changed the service")
 	}
-	for _, kv := range []string{"XDG_CONFIG_HOME=/c", "CONTAINERS_STORAGE_CONF=/s", "HTTPS_PROXY=http://p", "TMPDIR=/t", "LD_PRELOAD=/x.so", "USER=u"} {
-		if Key("/usr/bin/podman", append(base, kv)) == k {
+	for _, kv := range []string{"XDG_CONFIG_HOME=/c", "CONTAINERS_STORAGE_CONF=/s", "HTTPS_PROXY=http://p", "TMPDIR=/t",
+		"LD_PRELOAD=/x.so", "USER=u", "DOCKER_CONFIG=/d", "container=podman"} {
+		if Key("/usr/bin/podman", append(base, kv), "") == k {
 			t.Errorf("%s did not change the service", kv)
 		}
+	}
+	// A resource limit the containers inherit from the service.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	lower := lim
+	lower.Cur = 0
+	if lim.Cur == 0 {
+		lower.Cur = 1
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &lower); err != nil {
+		t.Fatal(err)
+	}
+	changed := Key("/usr/bin/podman", base, "") != k
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if !changed {
+		t.Error("another resource limit shares the service")
+	}
+}
+
+// TestNeverRunsAPodmanTheAgentCouldWrite: the launch dir is the agent's;
+// neither a PATH entry there (an activated .venv/bin, the current dir)
+// nor a relative podman may pick the binary the host runs.
+func TestNeverRunsAPodmanTheAgentCouldWrite(t *testing.T) {
+	rt := runtimeDir(t)
+	launch := t.TempDir()
+	planted := filepath.Join(launch, ".venv", "bin")
+	if err := os.MkdirAll(planted, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{launch, planted} {
+		if err := os.WriteFile(filepath.Join(d, "podman"), []byte("#!/bin/sh\ntouch "+filepath.Join(launch, "RAN")+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"", ".", ":/nonexistent", planted + ":/nonexistent", "/nonexistent:.venv/bin"} {
+		spec := Spec{Podman: "podman", RuntimeDir: rt, Env: []string{"PATH=" + path, "HOME=/nonexistent"}, Cwd: launch}
+		_, err := Acquire(context.Background(), spec)
+		var se *StartError
+		if !errors.As(err, &se) || !errors.Is(err, exec.ErrNotFound) {
+			t.Errorf("PATH=%q: err = %v, want podman not found", path, err)
+		}
+	}
+	for _, podman := range []string{"./podman", filepath.Join(planted, "podman")} {
+		spec := Spec{Podman: podman, RuntimeDir: rt, Env: []string{"PATH=/usr/bin:/bin"}, Cwd: launch}
+		if _, err := Acquire(context.Background(), spec); err == nil {
+			t.Errorf("podman %s in the launch dir was taken", podman)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(launch, "RAN")); err == nil {
+		t.Fatal("a podman from the launch dir ran")
+	}
+	// The service itself gets a PATH without the launch dir's entries.
+	got := trustedPath(strings.Join([]string{planted, "", ".", "rel/bin", "/usr/bin", launch, "/bin"}, ":"), launch)
+	if got != "/usr/bin:/bin" {
+		t.Errorf("trustedPath = %q, want /usr/bin:/bin", got)
+	}
+}
+
+func TestTheServiceGetsATrustedPath(t *testing.T) {
+	rt := runtimeDir(t)
+	launch := t.TempDir()
+	spec := specFor(fake(t, "env"), rt)
+	spec.Env[0] = "PATH=" + filepath.Join(launch, "bin") + ":/usr/bin:/bin"
+	spec.Cwd = launch
+	l := acquire(t, spec)
+	defer l.Release()
+	if out := l.Output(); !strings.Contains(out, "PATH=/usr/bin:/bin\n") || strings.Contains(out, launch) {
+		t.Errorf("the service's environment:\n%s", out)
+	}
+}
+
+// TestACrashIsToldToEverySession: one session starting the next service
+// does not hide what the dead one said from the others.
+func TestACrashIsToldToEverySession(t *testing.T) {
+	rt := runtimeDir(t)
+	podman := fake(t, "ok")
+	a := acquire(t, specFor(podman, rt))
+	b := acquire(t, specFor(podman, rt))
+	defer a.Release()
+	defer b.Release()
+	f, err := os.OpenFile(a.p.file(".log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, "fatal: the storage is gone")
+	f.Close()
+	if err := syscall.Kill(a.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.Exited()
+	<-b.Exited()
+	if err := a.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.Output(); !strings.Contains(out, "the storage is gone") {
+		t.Errorf("the other session sees %q", out)
+	}
+	if out := a.Output(); strings.Contains(out, "the storage is gone") {
+		t.Errorf("the restarting session's new service shows the old one's words: %q", out)
 	}
 }
