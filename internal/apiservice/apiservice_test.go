@@ -295,13 +295,19 @@ func TestASlowServiceInUseIsWaitedForNotKilled(t *testing.T) {
 	}
 }
 
-func TestDeathIsSeenAndRestartServesTheSameSocket(t *testing.T) {
+// twoSessions are two leases on one service.
+func twoSessions(t *testing.T) (*Lease, *Lease) {
+	t.Helper()
 	rt := runtimeDir(t)
 	podman := fake(t, "ok")
 	a := acquire(t, specFor(podman, rt))
 	b := acquire(t, specFor(podman, rt))
-	defer a.Release()
-	defer b.Release()
+	t.Cleanup(func() { a.Release(); b.Release() })
+	return a, b
+}
+
+func TestDeathIsSeenAndRestartServesTheSameSocket(t *testing.T) {
+	a, b := twoSessions(t)
 	old := a.Pid()
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -471,12 +477,7 @@ func TestTheServiceGetsATrustedPath(t *testing.T) {
 // TestACrashIsToldToEverySession: one session starting the next service
 // does not hide what the dead one said from the others.
 func TestACrashIsToldToEverySession(t *testing.T) {
-	rt := runtimeDir(t)
-	podman := fake(t, "ok")
-	a := acquire(t, specFor(podman, rt))
-	b := acquire(t, specFor(podman, rt))
-	defer a.Release()
-	defer b.Release()
+	a, b := twoSessions(t)
 	f, err := os.OpenFile(a.p.file(".log"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
