@@ -148,7 +148,7 @@ t_exit_long 0.3
 func TestReadTrace(t *testing.T) {
 	in := "agent-sandbox: trace   40.1ms   40.1ms podman service start\n" +
 		"agent-sandbox: trace  120.5ms   30.0ms container create agent-sandbox-1-2-router\n" +
-		"agent-sandbox: trace  150.0ms  109.9ms podman service stop\n" +
+		"agent-sandbox: trace  150.0ms  109.9ms podman service release\n" +
 		"wall 0.250\n"
 	steps, wall, err := readTrace(strings.NewReader(in))
 	if err != nil {
@@ -158,7 +158,7 @@ func TestReadTrace(t *testing.T) {
 		t.Errorf("steps = %+v, wall = %v", steps, wall)
 	}
 	if d := steps[2].dur; d < 29.4 || d > 29.6 {
-		t.Errorf("service stop took %v ms, want the 29.5 ms after the last step", d)
+		t.Errorf("the service release took %v ms, want the 29.5 ms after the last step", d)
 	}
 }
 

@@ -368,17 +368,22 @@ func TestAGivenUpStartLeavesNothing(t *testing.T) {
 }
 
 func TestRefusesASharedDirOthersCanReach(t *testing.T) {
-	for name, prep := range map[string]func(dir string) error{
-		"open to others": func(dir string) error { return os.Mkdir(dir, 0o755) },
-		"a symlink":      func(dir string) error { return os.Symlink(os.TempDir(), dir) },
+	for name, prep := range map[string]func(t *testing.T, dir string) error{
+		"open to others": func(t *testing.T, dir string) error {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(dir, 0o755)
+		},
+		// To a dir of the test's own: never chmod through it.
+		"a symlink": func(t *testing.T, dir string) error { return os.Symlink(t.TempDir(), dir) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			rt := runtimeDir(t)
 			dir := filepath.Join(rt, DirName)
-			if err := prep(dir); err != nil {
+			if err := prep(t, dir); err != nil {
 				t.Fatal(err)
 			}
-			os.Chmod(dir, 0o755)
 			_, err := Acquire(context.Background(), specFor(fake(t, "ok"), rt))
 			if err == nil || !strings.Contains(err.Error(), "closed to others") {
 				t.Fatalf("err = %v, want a refusal naming the dir", err)
