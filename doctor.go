@@ -57,8 +57,7 @@ func realDoctorEnv(set settings) doctorEnv {
 		// As a session finds it: never in the current dir, which may be
 		// a project an agent wrote.
 		lookPath: func(name string) (string, error) {
-			cwd, _ := os.Getwd()
-			return apiservice.LookPodman(name, os.Environ(), realpath(cwd))
+			return apiservice.LookPodman(name, os.Environ(), agentWritableCwd(set))
 		},
 		run:       runDoctorCommand,
 		readFile:  os.ReadFile,

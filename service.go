@@ -40,7 +40,7 @@ type service struct {
 // returns talks to the service and ends with ctx.
 func openService(ctx context.Context, set settings, runtimeDir string, trace *tracer, undo *cleanupStack) (context.Context, engine, error) {
 	done := trace.step("podman service start")
-	conn, eng, stop, err := startService(ctx, set.podman, runtimeDir, trace.out)
+	conn, eng, stop, err := startService(ctx, set.podman, runtimeDir, agentWritableCwd(set), trace.out)
 	done()
 	undo.push("the podman API service", func(context.Context) error {
 		defer trace.step("podman service release")()
@@ -86,11 +86,8 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 // session runs one) and connects to it; ctx's end gives up the wait for
 // it. The returned stop func is never nil and must be called even on
 // error: it lets go of the service, which stops if nobody else uses it.
-func startService(ctx context.Context, podman, runtimeDir string, out io.Writer) (context.Context, engine, func(), error) {
-	// The current dir is a session's launch dir, or where a command was
-	// run: podman is never looked up there.
-	cwd, _ := os.Getwd()
-	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ(), Cwd: realpath(cwd)})
+func startService(ctx context.Context, podman, runtimeDir, cwd string, out io.Writer) (context.Context, engine, func(), error) {
+	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ(), Cwd: cwd})
 	if err != nil {
 		var se *apiservice.StartError
 		if errors.As(err, &se) && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) {
@@ -112,6 +109,30 @@ func startService(ctx context.Context, podman, runtimeDir string, out io.Writer)
 
 // tooOld is how the bindings refuse a service older than their minimum.
 var tooOld = regexp.MustCompile(`server API version is too old.* server "([^"]+)"`)
+
+// agentWritableCwd is the current dir if an agent may have written it: a
+// session's launch dir, or a dir of the user's where one could have run
+// (`gc` in a project). podman is never looked up there. A dir no launch
+// dir can be (/, $HOME, a system dir the user does not own) is "": from
+// there, PATH is taken as it is.
+func agentWritableCwd(set settings) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	dir := realpath(wd)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return ""
+	}
+	if checkLaunchDir(dir, set) != nil {
+		return ""
+	}
+	return dir
+}
 
 // connect connects the bindings to the service, which answers already.
 func (s *service) connect(ctx context.Context) (context.Context, error) {

@@ -138,7 +138,7 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	name := newSessionName()
 	// The API service starts beside the checks and the launch dir's scan,
 	// which do not need it: its start is no longer added to theirs. A
-	// refusal stops it unused.
+	// refusal lets go of it unused.
 	svc := startServiceEarly(ctx, set, runtimeDir, newTracer(set.trace, out))
 	cfg, err := prepare(set, out, la, name)
 	if err != nil {
