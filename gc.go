@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // labelledObject is a podman object that carries a session label.
@@ -115,7 +116,7 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 			case "container":
 				err = eng.ContainerRemove(ctx, o.name)
 			case "network":
-				err = eng.NetworkRemove(ctx, o.name)
+				err = removeNetworkOnceFree(ctx, eng, o.name)
 			}
 			if err != nil {
 				failed = append(failed, cleanupFailed{o.kind + " " + o.name, err})
@@ -128,6 +129,22 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 	// A service whose sessions were all killed serves nobody.
 	removed = append(removed, apiservice.Collect(runtimeDir)...)
 	return removed, errors.Join(failed...)
+}
+
+// removeNetworkOnceFree removes a dead session's network. Its router may
+// still be on it for a moment: a container started with its own removal
+// on exit is being removed by its exit command when the collector gets
+// there, and podman refuses the network until that is done.
+func removeNetworkOnceFree(ctx context.Context, eng engine, name string) error {
+	err := eng.NetworkRemove(ctx, name)
+	for try := 0; err != nil && try < 5 && ctx.Err() == nil; try++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+		err = eng.NetworkRemove(ctx, name)
+	}
+	return err
 }
 
 // gc removes what killed sessions left behind and lists (with homes,

@@ -339,9 +339,50 @@ func listLeftovers() (leftovers, error) {
 	if l.Networks, err = sessionObjects([]string{"network", "ls"}, "{{.Name}}"); err != nil {
 		return l, err
 	}
-	l.RuntimeDirs = runtimeEntries()
-	l.Services = apiServices()
+	for _, e := range runtimeEntries() {
+		// A running service's socket is a leftover only if nobody uses it.
+		if sock, ok := strings.CutPrefix(e, serviceDir+"/"); ok && serviceInUse(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), serviceDir, sock)) {
+			continue
+		}
+		l.RuntimeDirs = append(l.RuntimeDirs, e)
+	}
+	for _, svc := range apiServices() {
+		if sock := serviceSocket.FindStringSubmatch(svc); sock != nil && serviceInUse(sock[1]) {
+			continue
+		}
+		l.Services = append(l.Services, svc)
+	}
 	return l, nil
+}
+
+// serviceSocket is the socket in a shared API service's command line.
+var serviceSocket = regexp.MustCompile(`unix://(\S+/` + serviceDir + `/[0-9a-f]+\.sock)`)
+
+// serviceInUse reports whether a live process holds its share of the API
+// service on sock (internal/apiservice: a flock on KEY.users for as long
+// as it uses it). A service in use (by an `agent-sandbox log` that still
+// runs, say) is not a leftover; one nobody holds is. Read from /proc/locks,
+// which takes no lock itself: taking one would race the sessions' own.
+func serviceInUse(sock string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(strings.TrimSuffix(sock, ".sock")+".users", &st); err != nil {
+		return false
+	}
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	suffix := ":" + strconv.FormatUint(st.Ino, 10)
+	for _, line := range strings.Split(string(locks), "\n") {
+		f := strings.Fields(line)
+		// 1: FLOCK  ADVISORY  READ 1234 00:2a:5678 0 EOF
+		if len(f) >= 6 && f[1] == "FLOCK" && strings.HasSuffix(f[5], suffix) {
+			if pid, err := strconv.Atoi(f[4]); err == nil && syscall.Kill(pid, 0) == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // registerDir is the session register under XDG_RUNTIME_DIR, which all
