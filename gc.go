@@ -101,6 +101,9 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 		removed []string
 		failed  []error
 	)
+	// First the API services whose sessions were all killed: they serve
+	// nobody, and one may still be busy with its dead session's objects.
+	removed = append(removed, apiservice.Collect(runtimeDir)...)
 	stale := staleSessions(objs, ownerAlive)
 	sessions := make([]string, 0, len(stale))
 	for s := range stale {
@@ -126,18 +129,18 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 		}
 	}
 	removed = append(removed, removeStaleDirs(runtimeDir)...)
-	// A service whose sessions were all killed serves nobody.
-	removed = append(removed, apiservice.Collect(runtimeDir)...)
 	return removed, errors.Join(failed...)
 }
 
-// removeNetworkOnceFree removes a dead session's network. Its router may
-// still be on it for a moment: a container started with its own removal
-// on exit is being removed by its exit command when the collector gets
-// there, and podman refuses the network until that is done.
+// removeNetworkOnceFree removes a dead session's network, trying again
+// for up to 5 s: its router may still be on it for a moment (a container
+// started with its own removal on exit is being removed by its exit
+// command when the collector gets there, and podman refuses the network
+// until that is done). The collection runs beside a session's start or in
+// gc, never on the user's path.
 func removeNetworkOnceFree(ctx context.Context, eng engine, name string) error {
 	err := eng.NetworkRemove(ctx, name)
-	for try := 0; err != nil && try < 5 && ctx.Err() == nil; try++ {
+	for try := 0; err != nil && try < 25 && ctx.Err() == nil; try++ {
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
