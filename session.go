@@ -293,13 +293,29 @@ func (s *session) start(ctx context.Context, runtimeDir string) error {
 	return s.startRouterAndPod(ctx, routerIP)
 }
 
+// collectTimeout bounds the collection of dead sessions' objects.
+const collectTimeout = 30 * time.Second
+
 // collectDeadSessions removes, beside this session's start so that it
 // costs none of it, what sessions whose launcher was killed left behind.
 func (s *session) collectDeadSessions(ctx context.Context, labelled []labelledObject, runtimeDir string) {
+	// Not the session's own context: once the exit code is handed back, a
+	// signal (the foreground's exit can still reach the keeper as its
+	// parent-death SIGTERM) must not cut the collection short, and the
+	// teardown waits for it anyway. Before that, a signal ends it as it
+	// ends the session.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		if !s.set.keeper.Returned() {
+			cancel()
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = removeStale(ctx, s.eng, labelled, runtimeDir)
+		defer cancel()
+		defer stop()
+		_, _ = removeStale(cctx, s.eng, labelled, runtimeDir)
 	}()
 	// Before the API service stops.
 	s.undo.push("dead sessions' objects", func(context.Context) error { <-done; return nil })

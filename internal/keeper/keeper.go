@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -115,7 +116,7 @@ func die(sig syscall.Signal) {
 // Link is the keeper's end: where it hands the exit code back.
 type Link struct {
 	f        *os.File
-	returned bool
+	returned atomic.Bool // read by other goroutines (a signal's context)
 }
 
 // Inherited is the link of a process the foreground started, or nil. It
@@ -149,10 +150,9 @@ func Inherited() *Link {
 // kept. It leaves the terminal's session: the terminal that closes later
 // is not the keeper's. A second call does nothing.
 func (l *Link) HandBack(code int, log string) error {
-	if l == nil || l.returned {
+	if l == nil || l.returned.Swap(true) {
 		return nil
 	}
-	l.returned = true
 	// The foreground exits next: that must not stop the teardown.
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("keeper: %w", err)
@@ -168,7 +168,7 @@ func (l *Link) HandBack(code int, log string) error {
 }
 
 // Returned says whether the code has been handed back.
-func (l *Link) Returned() bool { return l != nil && l.returned }
+func (l *Link) Returned() bool { return l != nil && l.returned.Load() }
 
 // maxLog is the size past which the log starts over.
 const maxLog = 1 << 20
