@@ -300,9 +300,8 @@ const collectTimeout = 30 * time.Second
 // costs none of it, what sessions whose launcher was killed left behind.
 func (s *session) collectDeadSessions(ctx context.Context, labelled []labelledObject, runtimeDir string) {
 	// Not the session's own context: once the exit code is handed back, a
-	// signal (the foreground's exit can still reach the keeper as its
-	// parent-death SIGTERM) must not cut the collection short, and the
-	// teardown waits for it anyway. Before that, a signal ends it as it
+	// signal (a user's kill of the keeper, say) must not cut the
+	// collection short, and the teardown waits for it anyway. Before that, a signal ends it as it
 	// ends the session.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
 	stop := context.AfterFunc(ctx, func() {

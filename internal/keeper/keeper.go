@@ -10,7 +10,12 @@
 // owner until the teardown is done. A killed keeper leaves what any killed launcher leaves,
 // which `gc` and the next start collect. A killed foreground takes the
 // session down with it (the keeper gets SIGTERM), as a killed launcher's
-// terminal would.
+// terminal would: the keeper holds the read end of a pipe whose only
+// writer is the foreground, and its end of file before the hand-back means
+// the foreground is gone. (Not PR_SET_PDEATHSIG: that is a property of the
+// thread that exec'd, and a Go program cannot clear it from another one,
+// so the foreground's normal exit after the hand-back would still have
+// sent the teardown SIGTERM.)
 package keeper
 
 import (
@@ -33,6 +38,9 @@ import (
 // foreground sets it, and only the keeper ever sees it.
 const envFD = "AGENT_SANDBOX_KEEPER_FD"
 
+// envAliveFD names the keeper's end of the foreground's liveness pipe.
+const envAliveFD = "AGENT_SANDBOX_KEEPER_ALIVE_FD"
+
 // Forwarded are the signals the foreground passes to the keeper: one sent
 // to the foreground's pid alone (kill, a supervisor, a test) must reach
 // the session. A terminal's own signals reach both; the keeper takes a
@@ -52,26 +60,35 @@ func Foreground(args []string, stdin, stdout, stderr *os.File, interrupted int) 
 		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
 		return 125
 	}
+	// The liveness pipe: we hold its only writer (close-on-exec, so the
+	// keeper does not) until we return.
+	aliveR, aliveW, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		return 125
+	}
+	defer aliveW.Close()
 	// /proc/self/exe, not os.Args[0]: the same binary even if a newer one
 	// replaced it on disk meanwhile, and found without PATH.
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Env = append(os.Environ(), envFD+"=3")
+	cmd.ExtraFiles = []*os.File{w, aliveR}
+	cmd.Env = append(os.Environ(), envFD+"=3", envAliveFD+"=4")
 	// The keeper stays in our process group, so that it is the terminal's
-	// foreground job as we are (it reads the terminal); it goes down with
-	// us until it has handed the code back.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// foreground job as we are (it reads the terminal).
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, Forwarded...)
-	if err := cmd.Start(); err != nil {
-		w.Close()
+	err = cmd.Start()
+	w.Close()
+	aliveR.Close()
+	if err != nil {
 		r.Close()
 		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
 		return 125
 	}
-	w.Close()
 	go func() {
 		for s := range sigs {
 			_ = cmd.Process.Signal(s)
@@ -129,18 +146,48 @@ func Inherited() *Link {
 		return nil
 	}
 	os.Unsetenv(envFD)
+	alive, _ := os.LookupEnv(envAliveFD)
+	os.Unsetenv(envAliveFD)
+	fd, ok := inheritedPipe(v)
+	if !ok {
+		return nil
+	}
+	l := &Link{f: os.NewFile(uintptr(fd), "keeper")}
+	if afd, ok := inheritedPipe(alive); ok {
+		go l.watchForeground(os.NewFile(uintptr(afd), "keeper-alive"), func() {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		})
+	}
+	return l
+}
+
+// inheritedPipe is the descriptor v names if it is a pipe, made
+// close-on-exec. Only the foreground's pipes: a variable set by anyone
+// else must not make a launch write its code into some other file.
+func inheritedPipe(v string) (int, bool) {
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
-		return nil
+		return 0, false
 	}
-	// Only the foreground's pipe: a variable set by anyone else must not
-	// make a launch write its code into some other file.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return nil
+		return 0, false
 	}
 	syscall.CloseOnExec(fd)
-	return &Link{f: os.NewFile(uintptr(fd), "keeper")}
+	return fd, true
+}
+
+// watchForeground waits for the end of file on the liveness pipe (the
+// foreground has exited or been killed) and calls terminate if the code
+// had not been handed back by then: the session ends as it would on the
+// terminal's SIGTERM. After the hand-back the foreground's exit is the
+// expected one.
+func (l *Link) watchForeground(alive *os.File, terminate func()) {
+	defer alive.Close()
+	_, _ = io.Copy(io.Discard, alive)
+	if !l.returned.Load() {
+		terminate()
+	}
 }
 
 // HandBack gives the foreground code and lets it return; from then on the
@@ -150,12 +197,10 @@ func Inherited() *Link {
 // kept. It leaves the terminal's session: the terminal that closes later
 // is not the keeper's. A second call does nothing.
 func (l *Link) HandBack(code int, log string) error {
+	// Set first: the foreground exits once it reads the code, and that
+	// must not stop the teardown.
 	if l == nil || l.returned.Swap(true) {
 		return nil
-	}
-	// The foreground exits next: that must not stop the teardown.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("keeper: %w", err)
 	}
 	errs := []error{redirect(log)}
 	// As os.Exit would: the foreground takes 0 to 255.

@@ -2,6 +2,8 @@ package keeper
 
 import (
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +18,11 @@ const helperEnv = "KEEPER_TEST_HELPER"
 
 func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv(helperEnv); ok {
+		if dir, ok := strings.CutPrefix(mode, "fg "); ok {
+			// A foreground of its own, for a test to kill.
+			os.Setenv(helperEnv, "waitterm "+dir)
+			os.Exit(Foreground(nil, os.Stdin, os.Stdout, os.Stderr, 130))
+		}
 		os.Exit(helper(mode))
 	}
 	os.Exit(m.Run())
@@ -31,15 +38,32 @@ func helper(mode string) int {
 		return 98 // left in the environment of what the keeper starts
 	}
 	what, dir, _ := strings.Cut(mode, " ")
+	terms := make(chan os.Signal, 1)
+	if what != "signal" {
+		signal.Notify(terms, syscall.SIGTERM)
+	}
 	switch what {
 	case "handback":
 		if err := link.HandBack(7, filepath.Join(dir, "log")); err != nil {
 			return 97
 		}
-		// The teardown: still going when the foreground has returned.
+		// The teardown: still going when the foreground has returned,
+		// which must not send it a SIGTERM.
 		os.Stderr.WriteString("said after the hand-back\n")
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-terms:
+			_ = os.WriteFile(filepath.Join(dir, "sigterm"), nil, 0o644)
+		case <-time.After(500 * time.Millisecond):
+		}
 		_ = os.WriteFile(filepath.Join(dir, "torn-down"), nil, 0o644)
+		return 0
+	case "waitterm":
+		_ = os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644)
+		select {
+		case <-terms:
+			_ = os.WriteFile(filepath.Join(dir, "sigterm"), nil, 0o644)
+		case <-time.After(10 * time.Second):
+		}
 		return 0
 	case "signal":
 		// Killed by a signal before taking any, as a keeper is at its start.
@@ -84,6 +108,54 @@ func TestForegroundReturnsTheHandedBackCodeBeforeTheTeardownEnds(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(dir, "log"))
 	if !strings.Contains(string(log), "said after the hand-back") {
 		t.Errorf("what the keeper said after the hand-back is not in its log: %q", log)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sigterm")); err == nil {
+		t.Error("the foreground's return after the hand-back sent the keeper SIGTERM")
+	}
+}
+
+// waitFor waits up to 10 s for path to exist.
+func waitFor(t *testing.T, path, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestAKilledForegroundTerminatesTheKeeperBeforeTheHandBack(t *testing.T) {
+	dir := t.TempDir()
+	fg := exec.Command("/proc/self/exe")
+	fg.Env = append(os.Environ(), helperEnv+"=fg "+dir)
+	if err := fg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, filepath.Join(dir, "ready"), "the keeper did not start")
+	_ = fg.Process.Kill()
+	_ = fg.Wait()
+	waitFor(t, filepath.Join(dir, "sigterm"), "the keeper was not sent SIGTERM when its foreground was killed")
+}
+
+func TestWatchForeground(t *testing.T) {
+	for _, returned := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &Link{}
+		l.returned.Store(returned)
+		terminated := false
+		w.Close()
+		l.watchForeground(r, func() { terminated = true })
+		if terminated == returned {
+			t.Errorf("returned %v: terminated %v", returned, terminated)
+		}
 	}
 }
 
