@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"os"
@@ -51,6 +53,14 @@ func startProc(t *testing.T, path string, argv ...string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	// Start returns once the exec is past its point of no return, which
+	// can be before the kernel has set the new command line up.
+	want := []byte(argv[0] + "\x00")
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); bytes.HasPrefix(b, want) {
+			break
+		}
+	}
 	return cmd
 }
 
