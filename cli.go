@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"runtime"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
+	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"github.com/spf13/cobra"
 )
@@ -43,7 +45,7 @@ func isLaunch(args []string) bool {
 
 func newRootCommand(ctx context.Context, set settings) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME]... [--exec CMD [ARGS...] | claude args...]",
+		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME | --pids N | --memory SIZE | --cpus N]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
@@ -57,12 +59,15 @@ AGENT_SANDBOX_HOME_VOLUME) names one to share instead. With a GitHub token
 (GH_TOKEN, GITHUB_TOKEN or "agent-sandbox secret set github") the router
 adds it on GitHub's hosts and admits writes only to the repositories git
 pushes to from this directory; --repo OWNER/NAME admits another for the
-session.`,
+session. The agent is limited to 4096 processes, half the memory and all
+CPUs but one; --pids, --memory and --cpus change that (a limit this host
+cannot enforce is refused; agent-sandbox doctor says which).`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
   agent-sandbox --env AWS_PROFILE    # pass one host variable in
   agent-sandbox --repo me/docs       # also admit GitHub writes to me/docs
+  agent-sandbox --pids 1024 --memory 4g --exec make -j8
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.
@@ -185,57 +190,47 @@ type launchArgs struct {
 	// repos are --repo's repositories, "owner/name", which GitHub writes
 	// are admitted for besides the launch dir's remotes.
 	repos []string
+	// limits are --pids, --memory and --cpus (zero where not given), and
+	// asked which of them were.
+	limits limits.Limits
+	asked  limits.Asked
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// parseLaunchArgs takes `[--env NAME | --home VOLUME | --repo OWNER/NAME]... [--exec CMD ARGS... | claude args...]`.
-// Everything after the launcher's options belongs to the agent.
+// launchOptions are the launcher's own options, each with a value: what
+// the value is and an example, for the refusal of one given none.
+var launchOptions = map[string]struct{ value, example string }{
+	"--env":    {"a variable name", "--env ANTHROPIC_API_KEY"},
+	"--home":   {"a volume name", "--home agent-sandbox-home"},
+	"--repo":   {"a repository", "--repo octocat/hello-world"},
+	"--pids":   {"a number of processes", "--pids 2048"},
+	"--memory": {"a size", "--memory 4g"},
+	"--cpus":   {"a number of CPUs", "--cpus 1.5"},
+}
+
+// parseLaunchArgs takes `[OPTION VALUE]... [--exec CMD ARGS... | claude args...]`
+// for the options in launchOptions. Everything after the launcher's
+// options belongs to the agent.
 func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchArgs, error) {
 	la := launchArgs{env: map[string]string{}}
 	for len(args) > 0 {
 		opt, value, inline := strings.Cut(args[0], "=")
-		if opt != "--env" && opt != "--home" && opt != "--repo" {
+		o, ok := launchOptions[opt]
+		if !ok {
 			break
 		}
 		if inline {
 			args = args[1:]
 		} else {
 			if len(args) < 2 {
-				if opt == "--home" {
-					return la, errors.New("--home needs a volume name, as in: agent-sandbox --home agent-sandbox-home")
-				}
-				if opt == "--repo" {
-					return la, errors.New("--repo needs a repository, as in: agent-sandbox --repo octocat/hello-world")
-				}
-				return la, errors.New("--env needs a variable name, as in: agent-sandbox --env ANTHROPIC_API_KEY")
+				return la, fmt.Errorf("%s needs %s, as in: agent-sandbox %s", opt, o.value, o.example)
 			}
 			value, args = args[1], args[2:]
 		}
-		if opt == "--home" {
-			if !volumeName.MatchString(value) {
-				return la, fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
-			}
-			la.home = value
-			continue
+		if err := la.set(opt, value, getenv); err != nil {
+			return la, err
 		}
-		if opt == "--repo" {
-			repo, err := forge.ParseRepo(value)
-			if err != nil {
-				return la, fmt.Errorf("--repo: %v", err)
-			}
-			la.repos = append(la.repos, repo)
-			continue
-		}
-		name := value
-		if !envName.MatchString(name) {
-			return la, fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", name)
-		}
-		v, ok := getenv(name)
-		if !ok {
-			return la, fmt.Errorf("--env %s: %s is not set in your environment", name, name)
-		}
-		la.env[name] = v
 	}
 	la.cmd = append([]string{"claude"}, args...)
 	if len(args) > 0 && args[0] == "--exec" {
@@ -245,4 +240,41 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 		}
 	}
 	return la, nil
+}
+
+// set takes one option's value.
+func (la *launchArgs) set(opt, value string, getenv func(string) (string, bool)) error {
+	var err error
+	switch opt {
+	case "--home":
+		if !volumeName.MatchString(value) {
+			return fmt.Errorf("--home %s: not a volume name (letters, digits, _ . -), as in --home agent-sandbox-home", value)
+		}
+		la.home = value
+	case "--repo":
+		repo, err := forge.ParseRepo(value)
+		if err != nil {
+			return fmt.Errorf("--repo: %v", err)
+		}
+		la.repos = append(la.repos, repo)
+	case "--pids":
+		la.limits.Pids, err = limits.ParsePids(value)
+		la.asked.Pids = true
+	case "--memory":
+		la.limits.Memory, err = limits.ParseMemory(value)
+		la.asked.Memory = true
+	case "--cpus":
+		la.limits.CPUs, err = limits.ParseCPUs(value, runtime.NumCPU())
+		la.asked.CPUs = true
+	case "--env":
+		if !envName.MatchString(value) {
+			return fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", value)
+		}
+		v, ok := getenv(value)
+		if !ok {
+			return fmt.Errorf("--env %s: %s is not set in your environment", value, value)
+		}
+		la.env[value] = v
+	}
+	return err
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
 )
@@ -46,6 +47,9 @@ type doctorEnv struct {
 	allowlist func() string
 	// credentials finds what sessions would inject; nil skips the check.
 	credentials func() ([]credential, error)
+	// machine is what the session's limits are shares of and what of
+	// them holds; nil skips the check.
+	machine func() machine
 }
 
 func realDoctorEnv(set settings) doctorEnv {
@@ -73,6 +77,7 @@ func realDoctorEnv(set settings) doctorEnv {
 			s, _, err := sessionCredentialsFor(set, nil)
 			return s.creds, err
 		},
+		machine: set.machine,
 	}
 }
 
@@ -112,9 +117,11 @@ type checkResult struct {
 	detail  string
 	problem string
 	fix     string
+	// warning: the problem weakens sessions without stopping them.
+	warning bool
 }
 
-func (r checkResult) ok() bool { return r.problem == "" }
+func (r checkResult) ok() bool { return r.problem == "" || r.warning }
 
 func checkPassed(what, detail string) checkResult { return checkResult{what: what, detail: detail} }
 
@@ -123,6 +130,11 @@ func checkFailed(what, problem, fix string) checkResult {
 }
 
 func (r checkResult) print(w io.Writer) {
+	if r.warning {
+		fmt.Fprintf(w, "warn %s: %s\n", r.what, strings.ReplaceAll(r.problem, "\n", "\n     "))
+		fmt.Fprintf(w, "     fix: %s\n", strings.ReplaceAll(r.fix, "\n", "\n          "))
+		return
+	}
 	if r.ok() {
 		if r.detail == "" {
 			fmt.Fprintf(w, "ok   %s\n", r.what)
@@ -195,6 +207,9 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 	if env.credentials != nil {
 		show(checkCredentials(env))
 	}
+	if env.machine != nil {
+		show(checkLimits(env.machine()))
+	}
 
 	failures := 0
 	for _, r := range results {
@@ -205,6 +220,16 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 	if failures > 0 {
 		say(errOut, "%d of %d checks failed; run the fix lines above, then agent-sandbox doctor again", failures, len(results))
 		return exitRefused
+	}
+	warnings := 0
+	for _, r := range results {
+		if r.warning {
+			warnings++
+		}
+	}
+	if warnings > 0 {
+		say(errOut, "all %d checks passed, %d with a warning: sessions can start", len(results), warnings)
+		return 0
 	}
 	say(errOut, "all %d checks passed: sessions can start", len(results))
 	return 0
@@ -457,4 +482,23 @@ func checkCredentials(env doctorEnv) checkResult {
 		parts = append(parts, c.host+" gets "+c.source)
 	}
 	return checkPassed(what, "the router adds them, the agent holds placeholders: "+strings.Join(parts, "; "))
+}
+
+// checkLimits says which of a session's limits this machine enforces, and
+// how to get the rest: a warning, since sessions run without them.
+func checkLimits(m machine) checkResult {
+	l := limits.Defaults(m.memTotal, m.cpus)
+	kinds, why := m.limits.Unenforced(l)
+	if len(kinds) == 0 {
+		return checkPassed("limits", "the agent's processes, memory and CPU are limited (default "+limits.Describe(l)+")")
+	}
+	fix := "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1 on the kernel command line) and delegate the controllers to your user:\n" +
+		"sudo mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=cpu cpuset io memory pids\\n' | sudo tee /etc/systemd/system/user@.service.d/delegate.conf && sudo systemctl daemon-reload, then log in again"
+	if m.limits.CgroupV2 {
+		fix = "delegate the controllers to your user:\n" +
+			"sudo mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=cpu cpuset io memory pids\\n' | sudo tee /etc/systemd/system/user@.service.d/delegate.conf && sudo systemctl daemon-reload, then log in again"
+	}
+	return checkResult{what: "limits", warning: true,
+		problem: fmt.Sprintf("the agent's %s limits are not enforced: %s (its limit of %d processes holds through RLIMIT_NPROC; --memory and --cpus refuse to start)", limits.Names(kinds), why, l.Pids),
+		fix:     fix}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"go.podman.io/common/libnetwork/types"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
@@ -67,6 +68,10 @@ type sessionConfig struct {
 	project launchProject
 	// cred is what the router adds credentials for (credentials.go).
 	cred sessionCredentials
+	// limits are the agent's; host is what this machine lets podman
+	// enforce of them and of the helpers' fixed limits.
+	limits limits.Limits
+	host   limits.Host
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -462,7 +467,7 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 		return s.eng.ContainerCreate(gctx, spec)
 	})
 	g.Go(func() error {
-		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.cfg.tmp)
+		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.cfg.tmp, s.cfg.host)
 		if err := s.eng.ContainerCreate(gctx, f); err != nil {
 			return err
 		}
@@ -661,8 +666,34 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 		return cfg, err
 	}
 	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, set.homeVolume, cfg.launchDir)
+	if cfg.limits, cfg.host, err = sessionLimits(set.machine(), la, out); err != nil {
+		return cfg, err
+	}
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	return cfg, nil
+}
+
+// sessionLimits are the agent's limits: the defaults for this machine with
+// the flags' values over them. A limit asked for that cannot hold here
+// refuses the session; a default that cannot is said once.
+func sessionLimits(m machine, la launchArgs, out io.Writer) (limits.Limits, limits.Host, error) {
+	l := limits.Defaults(m.memTotal, m.cpus)
+	if la.asked.Pids {
+		l.Pids = la.limits.Pids
+	}
+	if la.asked.Memory {
+		l.Memory = la.limits.Memory
+	}
+	if la.asked.CPUs {
+		l.CPUs = la.limits.CPUs
+	}
+	if err := m.limits.Refuse(l, la.asked); err != nil {
+		return l, m.limits, err
+	}
+	if kinds, why := m.limits.Unenforced(l); len(kinds) > 0 {
+		say(out, "the %s limits are not enforced here: %s (the limit of %d processes holds); agent-sandbox doctor says how to get them", limits.Names(kinds), why, l.Pids)
+	}
+	return l, m.limits, nil
 }
 
 // checkedLaunchDir is the current directory with every link resolved, so

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
+	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 )
 
 // settings is everything agent-sandbox takes from the user's environment,
@@ -44,6 +47,10 @@ type settings struct {
 	// attribute each leak to the session that made it); trace times steps.
 	noStartGC, trace bool
 
+	// machine is what this machine has and lets rootless podman limit,
+	// read when a session needs it.
+	machine func() machine
+
 	// keeper hands the exit code back to the foreground process once the
 	// session has reported how it ended (internal/keeper); nil when the
 	// session runs in the process the shell started.
@@ -74,7 +81,21 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.apiAllow, s.publish = get("AGENT_SANDBOX_API_ALLOW"), get("AGENT_SANDBOX_PUBLISH")
 	s.scanDirs = get("AGENT_SANDBOX_SCAN_DIRS")
 	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
+	s.machine = probeMachine
 	return s
+}
+
+// machine is the size of this machine and what it lets a rootless podman
+// limit: the agent's default limits are shares of it.
+type machine struct {
+	memTotal int64
+	cpus     int
+	limits   limits.Host
+}
+
+func probeMachine() machine {
+	mem, _ := limits.MemTotal()
+	return machine{memTotal: mem, cpus: runtime.NumCPU(), limits: limits.Probe(os.Getuid())}
 }
 
 // secretsDir is where `agent-sandbox secret` keeps credentials.

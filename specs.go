@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
@@ -53,6 +54,10 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
 		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir}
+	// Fixed and small, where the host can enforce them. No RLIMIT_NPROC:
+	// the router's root shares its count with every rootless container
+	// of the user that has no user namespace of its own.
+	r.ResourceLimits = cfg.host.Resources(limits.Router)
 	return r
 }
 
@@ -80,8 +85,12 @@ func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) 
 // forwarderSpec: loopback forwarders live in their own container, so the
 // agent can neither see, signal nor replace them. They follow the forwards
 // file that the launcher rewrites when the allowlist changes.
-func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string) *specgen.SpecGenerator {
+func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string, host limits.Host) *specgen.SpecGenerator {
 	f := newSpec(image, names.forwarder, labels)
+	// Its root has the pod's user namespace to itself (with the pod's
+	// pause process): RLIMIT_NPROC holds everywhere.
+	f.ResourceLimits = host.Resources(limits.Forwarder)
+	f.Rlimits = limits.NprocRlimit(limits.Forwarder)
 	f.Pod = names.session
 	f.User = "0:0"
 	f.ReadOnlyFilesystem = ptr(true)
@@ -144,8 +153,22 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 		c.Env[v] = agentCABundle
 	}
 	c.Command = cfg.cmd
+	c.ResourceLimits = cfg.host.Resources(cfg.limits)
+	// Its tasks limit holds on every host: the agent's user has the pod's
+	// user namespace to itself.
+	c.Rlimits = limits.NprocRlimit(cfg.limits)
+	if mutated("pids-limit-off") {
+		c.Rlimits = nil
+	}
+	// Where no memory limit holds, the kernel's OOM killer takes the
+	// agent before the user's own programs.
+	c.OOMScoreAdj = ptr(agentOOMScoreAdj)
 	return c
 }
+
+// agentOOMScoreAdj raises the agent's OOM score: an unprivileged process
+// may raise its own, never lower it.
+const agentOOMScoreAdj = 500
 
 // newSpec mirrors the `podman run` defaults that the API leaves to clients.
 func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerator {
