@@ -29,6 +29,8 @@ type fakeEngine struct {
 	cancelFails bool
 	// notReady names a helper container that exits before it is ready.
 	notReady string
+	// logLines records how many lines each ContainerLogs asked for.
+	logLines map[string][]int
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
 	runCode int
 	runHook func(ctx context.Context) error
@@ -155,8 +157,14 @@ func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string
 	return nil
 }
 
-func (f *fakeEngine) ContainerLogs(_ context.Context, name string, _ int) string {
+func (f *fakeEngine) ContainerLogs(_ context.Context, name string, lines int) string {
 	_ = f.record("ContainerLogs", name)
+	f.mu.Lock()
+	if f.logLines == nil {
+		f.logLines = map[string][]int{}
+	}
+	f.logLines[name] = append(f.logLines[name], lines)
+	f.mu.Unlock()
 	if l, ok := f.logs[name]; ok {
 		return l
 	}

@@ -121,3 +121,23 @@ func TestDoctorLimits(t *testing.T) {
 		t.Errorf("printed %q", out.String())
 	}
 }
+
+func TestLogsAreBoundedAndTheReportReadsTheTail(t *testing.T) {
+	eng := newFakeEngine()
+	runSession(context.Background(), eng, testConfig(t))
+	for _, c := range []string{"-router", "-forwarder", "-claude"} {
+		spec := eng.containers[testSession+c]
+		if spec.LogConfiguration == nil || spec.LogConfiguration.Size != containerLogMax {
+			t.Errorf("%s: log configuration %+v, want a size bound", c, spec.LogConfiguration)
+		}
+	}
+	got := eng.logLines[testSession+"-router"]
+	if len(got) == 0 {
+		t.Fatal("the exit report did not read the router's log")
+	}
+	for _, n := range got {
+		if n <= 0 || n > routerReportLines {
+			t.Errorf("the router's log read with %d lines, want its tail (at most %d)", n, routerReportLines)
+		}
+	}
+}

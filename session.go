@@ -298,6 +298,11 @@ func (s *session) start(ctx context.Context, runtimeDir string) error {
 	return s.startRouterAndPod(ctx, routerIP)
 }
 
+// routerReportLines is how much of the router's log the exit report
+// reads: its tail, so that an agent's flood of blocked lookups cannot make
+// the user wait for the prompt (the report then covers the flood's end).
+const routerReportLines = 20000
+
 // collectTimeout bounds the collection of dead sessions' objects.
 const collectTimeout = 30 * time.Second
 
@@ -487,7 +492,7 @@ func (s *session) startReady(ctx context.Context, name, ready string) error {
 	if err == nil || ctx.Err() != nil || !errors.Is(err, errNotReady) {
 		return err
 	}
-	return refusef("%v; its log says:\n%s", err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 0), 10))
+	return refusef("%v; its log says:\n%s", err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 200), 10))
 }
 
 // run runs the agent, following edits of the allowlist meanwhile.
@@ -515,7 +520,7 @@ func (s *session) run(ctx context.Context) error {
 	var died helperDied
 	if errors.As(err, &died) && ctx.Err() == nil {
 		return fmt.Errorf("%w; the session ends rather than run without it. Its log says:\n%s",
-			err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 0), 10))
+			err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 200), 10))
 	}
 	return err
 }
@@ -630,7 +635,7 @@ func (s *session) endAgent(ctx context.Context) bool {
 	}
 	left := make(chan []string, 1)
 	go func() { left <- s.cfg.project.leftForHost() }()
-	routerLog := s.eng.ContainerLogs(ctx, s.names.router, 0)
+	routerLog := s.eng.ContainerLogs(ctx, s.names.router, routerReportLines)
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
 	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))

@@ -185,8 +185,15 @@ func newSpec(image, name string, labels map[string]string) *specgen.SpecGenerato
 		s.HTTPProxy = ptr(true)
 	}
 	s.SdNotifyMode = define.SdNotifyModeContainer
+	// Bounded: conmon starts a log over past this, so that an agent that
+	// floods the router with blocked lookups, or its own terminal with
+	// output, cannot fill the user's disk.
+	s.LogConfiguration = &specgen.LogConfig{Size: containerLogMax}
 	return s
 }
+
+// containerLogMax is the size past which a container's log starts over.
+const containerLogMax = 8 << 20
 
 func ptr[T any](v T) *T { return &v }
 
