@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"runtime"
 	"strings"
@@ -21,9 +22,12 @@ import (
 //
 // link is the keeper's link to the foreground (keeper.Foreground), nil
 // when the command runs in the process the shell started.
-func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer, link *keeper.Link) int {
+//
+// stopRequests delivers `agent-sandbox stop`'s requests (nil: none come).
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer, link *keeper.Link, stopRequests <-chan os.Signal) int {
 	set := newSettings(getenv)
 	set.keeper = link
+	set.stopRequests = stopRequests
 	root := newRootCommand(ctx, set)
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -93,7 +97,7 @@ cannot enforce is refused; agent-sandbox doctor says which).`,
 			fmt.Fprintln(cmd.OutOrStdout(), v)
 		},
 	})
-	root.AddCommand(newGCCommand(ctx, set), newLogCommand(ctx, set), newBuildCommand(ctx, set))
+	root.AddCommand(newGCCommand(ctx, set), newLogCommand(ctx, set), newBuildCommand(ctx, set), newPsCommand(set), newStopCommand(ctx, set))
 	addUserCommands(root, ctx, set)
 	root.AddCommand(newSecretCommand(set))
 	return root

@@ -13,6 +13,6 @@ import (
 func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, os.LookupEnv, strings.NewReader(stdin), &out, &errOut, nil)
+	code := run(context.Background(), args, os.LookupEnv, strings.NewReader(stdin), &out, &errOut, nil, nil)
 	return code, out.String(), errOut.String()
 }

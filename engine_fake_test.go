@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +69,13 @@ func newFakeEngine() *fakeEngine {
 		pods:       map[string]*specgen.PodSpecGenerator{},
 		stopped:    map[string]chan struct{}{},
 	}
+}
+
+// recorded is a copy of the calls so far.
+func (f *fakeEngine) recorded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func (f *fakeEngine) record(method, arg string) error {

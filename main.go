@@ -35,9 +35,12 @@ func main() {
 		os.Exit(keeper.Foreground(args, os.Stdin, os.Stdout, os.Stderr, exitSignal))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// `agent-sandbox stop` asks a session to stop its agent (ps.go).
+	stopRequests := make(chan os.Signal, 1)
+	signal.Notify(stopRequests, stopSignal)
 	// A terminal that hangs up ends it as SIGHUP does, SIGHUP or not.
 	ctx, stopHangup := withHangup(ctx, os.Stderr, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	code := run(ctx, args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr, link)
+	code := run(ctx, args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr, link, stopRequests)
 	stopHangup()
 	stop()
 	os.Exit(code)

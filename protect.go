@@ -144,7 +144,8 @@ func (p launchProject) leftForHost() []string {
 // equals, contains or lies inside a running session's: that session's
 // agent could change what this one scans and mounts. The claim is held
 // until teardown has removed the agent.
-func claimLaunchDir(runtimeDir, session, dir string) (release func() error, err error) {
+func claimLaunchDir(runtimeDir string, c sessionreg.Claim) (release func() error, err error) {
 	reg := sessionreg.Open(runtimeDir, ownerAlive)
-	return reg.Claim(sessionreg.Claim{Session: session, Dir: dir, Owner: ownerID(os.Getpid())}, !mutated("overlap-allowed"))
+	c.Owner = ownerID(os.Getpid())
+	return reg.Claim(c, !mutated("overlap-allowed"))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"go.podman.io/common/libnetwork/types"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
@@ -216,7 +217,7 @@ func (s *session) openLaunchDir(runtimeDir string) error {
 	if err != nil {
 		return err
 	}
-	release, err := claimLaunchDir(runtimeDir, s.cfg.name, s.cfg.launchDir)
+	release, err := claimLaunchDir(runtimeDir, s.claim())
 	if err != nil {
 		return err
 	}
@@ -225,6 +226,13 @@ func (s *session) openLaunchDir(runtimeDir string) error {
 	s.releaseClaim = release
 	s.cfg.project, err = openProject(s.cfg.launchDir, scanHost(s.set), bound, s.out)
 	return err
+}
+
+// claim is the session's entry in the register of running sessions: what
+// `agent-sandbox ps` shows of it.
+func (s *session) claim() sessionreg.Claim {
+	return sessionreg.Claim{Session: s.cfg.name, Dir: s.cfg.launchDir, Command: s.cfg.cmd, Started: time.Now(),
+		Limits: s.cfg.host.DescribeHeld(s.cfg.limits)}
 }
 
 // makeDirs makes the session's temp dir (the router's config) and the
@@ -512,7 +520,7 @@ func (s *session) run(ctx context.Context) error {
 		say(s.out, "%s", l)
 	}
 	s.agentStarted = true
-	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty)
+	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty, s.stopOnRequest)
 	s.agentExited = err == nil
 	if err == nil {
 		return agentExit(code)
@@ -525,6 +533,28 @@ func (s *session) run(ctx context.Context) error {
 	return err
 }
 
+// stopOnRequest stops the agent when `agent-sandbox stop` asks, until ctx
+// ends: the session then ends as when the agent exits, with its code and
+// the exit report. A request that comes while the agent is still being
+// started is tried again until the agent runs.
+func (s *session) stopOnRequest(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.set.stopRequests:
+	}
+	say(s.out, "stopping the agent: agent-sandbox stop was run for this session")
+	for ctx.Err() == nil {
+		if s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout) == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // helperDied means the router or the forwarder stopped while the agent ran.
 type helperDied struct{ name, what string }
 
@@ -532,9 +562,10 @@ func (h helperDied) Error() string { return "the " + h.what + " (" + h.name + ")
 
 // runAgent runs the agent while watching the router and the forwarder: if
 // either stops, egress is already closed, and the agent is stopped too.
-func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool) (int, error) {
+func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool, stopOnRequest func(context.Context)) (int, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	go stopOnRequest(runCtx)
 	for name, what := range map[string]string{names.router: "router", names.forwarder: "forwarder"} {
 		go func() {
 			err := eng.ContainerWait(runCtx, name)

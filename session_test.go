@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 )
 
 const testSession = "agent-sandbox-1-2"
@@ -546,7 +548,7 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	running := filepath.Join(base, "mono/pkg")
 	must(t, os.MkdirAll(running, 0o755))
 	// This very process stands in for the running session's launcher.
-	release, err := claimLaunchDir(runtimeDir, "agent-sandbox-9-9", running)
+	release, err := claimLaunchDir(runtimeDir, sessionreg.Claim{Session: "agent-sandbox-9-9", Dir: running})
 	must(t, err)
 	for _, c := range []struct{ dir, want string }{
 		{running, "session agent-sandbox-9-9 runs there already"},

@@ -55,6 +55,9 @@ type settings struct {
 	// session has reported how it ended (internal/keeper); nil when the
 	// session runs in the process the shell started.
 	keeper *keeper.Link
+	// stopRequests are `agent-sandbox stop`'s: the agent is stopped and
+	// the session ends as when it exits.
+	stopRequests <-chan os.Signal
 }
 
 // newSettings reads the environment through getenv.

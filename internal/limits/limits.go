@@ -335,3 +335,22 @@ func Names(kinds []Kind) string {
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
+
+// DescribeHeld is Describe of the limits that hold here, and which do not:
+// "4096 tasks (memory and CPU not enforced)".
+func (h Host) DescribeHeld(l Limits) string {
+	kinds, _ := h.Unenforced(l)
+	for _, k := range kinds {
+		switch k {
+		case Memory:
+			l.Memory = 0
+		case CPU:
+			l.CPUs = 0
+		}
+	}
+	s := Describe(l)
+	if len(kinds) > 0 {
+		s += " (" + Names(kinds) + " not enforced)"
+	}
+	return s
+}

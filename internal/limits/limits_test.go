@@ -160,4 +160,10 @@ func TestMemTotalAndDescribe(t *testing.T) {
 	if got := Describe(Limits{Pids: 64, Memory: 1536 << 20, CPUs: 1.5}); got != "64 tasks, 1.5 GiB memory, 1.5 CPUs" {
 		t.Errorf("Describe = %q", got)
 	}
+	if got := v1.DescribeHeld(defaults); got != "4096 tasks (memory and CPU not enforced)" {
+		t.Errorf("DescribeHeld on cgroup v1 = %q", got)
+	}
+	if got := v2NoMem.DescribeHeld(defaults); got != "4096 tasks, 1 CPU (memory not enforced)" {
+		t.Errorf("DescribeHeld without memory = %q", got)
+	}
 }

@@ -15,15 +15,23 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Claim is one running session's entry.
+// Claim is one running session's entry. Beside what the register needs
+// (the session, its dir, its owner), it holds what `agent-sandbox ps`
+// shows of it.
 type Claim struct {
 	Session string `json:"session"`
 	Dir     string `json:"dir"`
 	Owner   string `json:"owner"`
+
+	Command []string  `json:"command,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	Ports   []string  `json:"ports,omitempty"`
+	Limits  string    `json:"limits,omitempty"`
 }
 
 // Register is a directory of claims, one file each, under the user's
