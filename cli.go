@@ -49,7 +49,7 @@ func isLaunch(args []string) bool {
 
 func newRootCommand(ctx context.Context, set settings) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME | --pids N | --memory SIZE | --cpus N]... [--exec CMD [ARGS...] | claude args...]",
+		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME | --pids N | --memory SIZE | --cpus N | --publish [HOST_PORT:]PORT]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
@@ -65,13 +65,16 @@ adds it on GitHub's hosts and admits writes only to the repositories git
 pushes to from this directory; --repo OWNER/NAME admits another for the
 session. The agent is limited to 4096 processes, half the memory and all
 CPUs but one; --pids, --memory and --cpus change that (a limit this host
-cannot enforce is refused; agent-sandbox doctor says which).`,
+cannot enforce is refused; agent-sandbox doctor says which). --publish
+[HOST_PORT:]PORT makes a server the agent runs on PORT reachable at
+127.0.0.1:HOST_PORT on this machine, and nowhere else.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
   agent-sandbox --env AWS_PROFILE    # pass one host variable in
   agent-sandbox --repo me/docs       # also admit GitHub writes to me/docs
   agent-sandbox --pids 1024 --memory 4g --exec make -j8
+  agent-sandbox --publish 8000 --exec npm run dev   # open http://127.0.0.1:8000
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.
@@ -198,6 +201,8 @@ type launchArgs struct {
 	// asked which of them were.
 	limits limits.Limits
 	asked  limits.Asked
+	// publish are the ports --publish makes reachable from the host.
+	publish []publishedPort
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -205,12 +210,13 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // launchOptions are the launcher's own options, each with a value: what
 // the value is and an example, for the refusal of one given none.
 var launchOptions = map[string]struct{ value, example string }{
-	"--env":    {"a variable name", "--env ANTHROPIC_API_KEY"},
-	"--home":   {"a volume name", "--home agent-sandbox-home"},
-	"--repo":   {"a repository", "--repo octocat/hello-world"},
-	"--pids":   {"a number of processes", "--pids 2048"},
-	"--memory": {"a size", "--memory 4g"},
-	"--cpus":   {"a number of CPUs", "--cpus 1.5"},
+	"--env":     {"a variable name", "--env ANTHROPIC_API_KEY"},
+	"--home":    {"a volume name", "--home agent-sandbox-home"},
+	"--repo":    {"a repository", "--repo octocat/hello-world"},
+	"--pids":    {"a number of processes", "--pids 2048"},
+	"--memory":  {"a size", "--memory 4g"},
+	"--cpus":    {"a number of CPUs", "--cpus 1.5"},
+	"--publish": {"a port", "--publish 8000"},
 }
 
 // parseLaunchArgs takes `[OPTION VALUE]... [--exec CMD ARGS... | claude args...]`
@@ -270,6 +276,12 @@ func (la *launchArgs) set(opt, value string, getenv func(string) (string, bool))
 	case "--cpus":
 		la.limits.CPUs, err = limits.ParseCPUs(value, runtime.NumCPU())
 		la.asked.CPUs = true
+	case "--publish":
+		p, err := parsePublishedPort(value)
+		if err != nil {
+			return err
+		}
+		la.publish = append(la.publish, p)
 	case "--env":
 		if !envName.MatchString(value) {
 			return fmt.Errorf("--env %s: not a variable name; pass the name only, as in --env ANTHROPIC_API_KEY", value)

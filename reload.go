@@ -162,6 +162,10 @@ type routerFiles struct {
 	// session; the allowlist decides which of them are served.
 	creds credPlan
 
+	// published are the forwarder's pairs for the session's published
+	// ports, fixed for the session.
+	published []string
+
 	mu      sync.Mutex
 	plan    routerPlan
 	cursor  planCursor
@@ -218,6 +222,7 @@ func (r *routerFiles) apply(entries []entry) error {
 	}
 	p.injections, p.trustedCA, p.apiAllow = r.creds.active(entries), r.creds.trustedCA(), r.creds.apiAllow
 	p.forge = r.creds.forge
+	p.published = r.published
 	for _, f := range p.render(r.routerIP) {
 		if err := r.replace(f); err != nil {
 			return err

@@ -75,6 +75,9 @@ type routerPlan struct {
 	// forge is GitHub's and the registries' part of the inspecting
 	// proxy's config (forge.go).
 	forge forgeSetup
+	// published are the forwarder's pairs for published ports
+	// (publish.go), whatever the allowlist says.
+	published []string
 }
 
 // planCursor is where the next new host's loopback address (as an index:
@@ -604,5 +607,6 @@ func (p routerPlan) forwards(routerIP string) string {
 		}
 		pairs = append(pairs, fmt.Sprintf("%s:%d=%s:%d", addr, e.Port, routerIP, p.routerPort[e]))
 	}
+	pairs = append(pairs, p.published...)
 	return strings.Join(pairs, " ")
 }

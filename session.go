@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -73,6 +74,8 @@ type sessionConfig struct {
 	// enforce of them and of the helpers' fixed limits.
 	limits limits.Limits
 	host   limits.Host
+	// published are the ports reachable from the host (publish.go).
+	published []publishedPort
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -231,8 +234,12 @@ func (s *session) openLaunchDir(runtimeDir string) error {
 // claim is the session's entry in the register of running sessions: what
 // `agent-sandbox ps` shows of it.
 func (s *session) claim() sessionreg.Claim {
-	return sessionreg.Claim{Session: s.cfg.name, Dir: s.cfg.launchDir, Command: s.cfg.cmd, Started: time.Now(),
+	c := sessionreg.Claim{Session: s.cfg.name, Dir: s.cfg.launchDir, Command: s.cfg.cmd, Started: time.Now(),
 		Limits: s.cfg.host.DescribeHeld(s.cfg.limits)}
+	for _, p := range s.cfg.published {
+		c.Ports = append(c.Ports, p.String())
+	}
+	return c
 }
 
 // makeDirs makes the session's temp dir (the router's config) and the
@@ -409,6 +416,7 @@ func (s *session) writeRouterFiles(routerIP netip.Addr) error {
 	if err != nil {
 		return refused(err)
 	}
+	files.published = publishedForwards(s.cfg.published, podAddress(routerIP))
 	s.files = files
 	return refused(files.apply(s.cfg.entries))
 }
@@ -459,7 +467,7 @@ func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cl
 // startPod creates the pod, starts its loopback forwarder and creates the
 // agent's container: removing the pod removes both.
 func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
-	p, err := podSpec(s.names, s.labels, routerIP)
+	p, err := podSpec(s.names, s.labels, routerIP, s.cfg.published)
 	if err != nil {
 		return err
 	}
@@ -518,6 +526,9 @@ func (s *session) run(ctx context.Context) error {
 	// Said once the session runs: a refusal stays one line.
 	if l := unreadHosts(s.cfg.cred, s.cfg.entries); l != "" {
 		say(s.out, "%s", l)
+	}
+	for _, p := range s.cfg.published {
+		say(s.out, "published: %s reaches port %d in the sandbox", p.url(), p.sandbox)
 	}
 	s.agentStarted = true
 	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty, s.stopOnRequest)
@@ -702,6 +713,10 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 		return cfg, err
 	}
 	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, set.homeVolume, cfg.launchDir)
+	if err := checkPublished(la.publish, func(a string) (net.Listener, error) { return net.Listen("tcp", a) }); err != nil {
+		return cfg, err
+	}
+	cfg.published = la.publish
 	if cfg.limits, cfg.host, err = sessionLimits(set.machine(), la, out); err != nil {
 		return cfg, err
 	}

@@ -63,7 +63,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 
 // podSpec: the pod owns the netns, DNS and hosts file; the agent only
 // joins it.
-func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) (*specgen.PodSpecGenerator, error) {
+func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr, published []publishedPort) (*specgen.PodSpecGenerator, error) {
 	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
 	if err != nil {
 		return nil, err
@@ -74,6 +74,18 @@ func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr) 
 	p.Hostname = "agent-sandbox"
 	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
 	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
+	if len(published) > 0 {
+		// The forwarder's published listeners bind the pod's address,
+		// so it is fixed; the host side is 127.0.0.1 alone.
+		p.Networks[names.session] = types.PerNetworkOptions{StaticIPs: []net.IP{podAddress(routerIP).AsSlice()}}
+		hostIP := "127.0.0.1"
+		if mutated("publish-any-address") {
+			hostIP = ""
+		}
+		for i, pp := range published {
+			p.PortMappings = append(p.PortMappings, types.PortMapping{HostIP: hostIP, HostPort: pp.host, ContainerPort: innerPort(i), Protocol: "tcp", Range: 1})
+		}
+	}
 	p.DNSServer = []net.IP{routerIP.AsSlice()}
 	p.NoManageHosts = true
 	// No IPv6 in the pod: link-local would reach podman's rootless netns.

@@ -32,10 +32,17 @@ type forward struct {
 	// tls says the pair carries TLS: each client's ClientHello is read
 	// and looked at before anything is relayed (see readHello).
 	tls bool
+	// published says the pair takes connections from the host (a port
+	// published with --publish) on the pod's own address and relays them
+	// to a server inside, on loopback.
+	published bool
 }
 
 // tlsOption marks a pair that carries TLS: LISTEN=TARGET/tls.
 const tlsOption = "/tls"
+
+// publishOption marks a published port's pair: POD_IP:PORT=127.0.0.1:PORT/publish.
+const publishOption = "/publish"
 
 // describe is how a pair's destination is logged.
 func (f forward) describe() string {
@@ -45,6 +52,9 @@ func (f forward) describe() string {
 	}
 	if f.tls {
 		return t + " (TLS; a ClientHello with ECH is refused)"
+	}
+	if f.published {
+		return t + " (a port published to the host)"
 	}
 	return t
 }
@@ -126,6 +136,9 @@ func parseForward(pair string) (forward, error) {
 	if !ok {
 		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT, optionally followed by /tls)")
 	}
+	if target, ok := strings.CutSuffix(target, publishOption); ok {
+		return parsePublished(listen, target)
+	}
 	target, tls := strings.CutSuffix(target, tlsOption)
 	if path, ok := strings.CutPrefix(target, "unix:"); ok {
 		l, err := parseListen(listen)
@@ -138,7 +151,7 @@ func parseForward(pair string) (forward, error) {
 		return forward{listen: l, socket: path, tls: tls}, nil
 	}
 	if i := strings.LastIndexByte(target, '/'); i >= 0 {
-		return forward{}, fmt.Errorf("unknown option %q after the target (the only one is %s)", target[i:], tlsOption)
+		return forward{}, fmt.Errorf("unknown option %q after the target (the options are %s and %s)", target[i:], tlsOption, publishOption)
 	}
 	l, err := parseListen(listen)
 	if err != nil {
@@ -149,6 +162,27 @@ func parseForward(pair string) (forward, error) {
 		return forward{}, err
 	}
 	return forward{listen: l, target: t, tls: tls}, nil
+}
+
+// parsePublished reads a published port's pair: it listens on the pod's
+// own address, where the host's connections arrive, and relays only to
+// the pod's loopback, the server inside. It opens no way out.
+func parsePublished(listen, target string) (forward, error) {
+	l, err := parseAddrPort("listen", listen)
+	if err != nil {
+		return forward{}, err
+	}
+	if l.Addr().IsLoopback() || l.Addr().IsUnspecified() {
+		return forward{}, fmt.Errorf("published listen address %s is not the pod's own address", l.Addr())
+	}
+	t, err := parseAddrPort("target", target)
+	if err != nil {
+		return forward{}, err
+	}
+	if !t.Addr().IsLoopback() {
+		return forward{}, fmt.Errorf("published target %s is not loopback: a published port reaches only a server in the sandbox", t)
+	}
+	return forward{listen: l, target: t, published: true}, nil
 }
 
 // parseListen reads a pair's listen address, which must be in the pod's
@@ -318,6 +352,10 @@ func relay(l *listener, client *net.TCPConn) {
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
 	network, addr := l.dialTarget()
 	c, err := d.DialContext(ctx, network, addr)
+	if err != nil && l.published && errors.Is(err, syscall.ECONNREFUSED) {
+		// A server inside that listens on the pod's address alone.
+		c, err = d.DialContext(ctx, network, netip.AddrPortFrom(l.listen.Addr(), l.target.Port()).String())
+	}
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
 		// server had nothing to say.

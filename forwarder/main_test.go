@@ -52,6 +52,11 @@ func TestParseForwards(t *testing.T) {
 			{listen: ap("127.0.0.1:443"), socket: "/run/agent-sandbox-tls/tls.sock", tls: true},
 			{listen: ap("127.0.0.2:443"), socket: "/run/x.sock"},
 		}},
+		// A published port: the pod's own address, to loopback.
+		{"10.89.7.3:61000=127.0.0.1:8000/publish 127.0.0.1:443=10.89.0.2:443", []forward{
+			{listen: ap("10.89.7.3:61000"), target: ap("127.0.0.1:8000"), published: true},
+			{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443")},
+		}},
 		// The same target behind two listen addresses is fine.
 		{"127.0.0.1:80=10.89.0.2:443 127.0.0.1:443=10.89.0.2:443", []forward{
 			{listen: ap("127.0.0.1:80"), target: ap("10.89.0.2:443")},
@@ -109,6 +114,13 @@ func TestParseForwards(t *testing.T) {
 		{"127.0.0.1:443=unix:run/tls.sock", []string{"bad target socket", "unix:/ABSOLUTE/PATH"}},
 		{"127.0.0.1:443=unix:/run/../tls.sock/tls", []string{"bad target socket"}},
 		{"10.0.0.1:443=unix:/run/tls.sock", []string{"not loopback"}},
+		// A published port never relays out of the pod, and listens only
+		// on the pod's address.
+		{"10.89.7.3:61000=10.89.7.2:53/publish", []string{"published target 10.89.7.2:53 is not loopback"}},
+		{"127.0.0.1:61000=127.0.0.1:8000/publish", []string{"not the pod's own address"}},
+		{"0.0.0.0:61000=127.0.0.1:8000/publish", []string{"not the pod's own address"}},
+		{"10.89.7.3:61000=unix:/run/tls.sock/publish", []string{"bad target"}},
+		{"10.89.7.3:61000=127.0.0.1:8000/tls/publish", []string{"bad target"}},
 	}
 	for _, tc := range bad {
 		got, err := parseForwards(tc.in)
@@ -552,5 +564,27 @@ func TestMainSignal(t *testing.T) {
 			t.Errorf("after %v: %v, want exit 0", sig, err)
 		}
 		_ = pr.Close()
+	}
+}
+
+func TestPublishedRelaysToTheServerInsideOnLoopbackOrItsOwnAddress(t *testing.T) {
+	srv := startUpstream(t, func(c *net.TCPConn) { _, _ = c.Write([]byte("inside")) })
+	port := addrOf(srv).Port()
+	for name, target := range map[string]netip.AddrPort{
+		"loopback": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
+		// Nothing on 127.0.0.2: the server listens on the listener's own
+		// address (here 127.0.0.1, as the pod's address in a session).
+		"own address": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port),
+	} {
+		ls, err := listenAll([]forward{{listen: ap("127.0.0.1:0"), target: target, published: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		serveInBackground(t, ls, nil, io.Discard)
+		c := dial(t, ls[0].ln.Addr().String())
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if got, err := io.ReadAll(c); err != nil || string(got) != "inside" {
+			t.Errorf("%s: got %q, %v", name, got, err)
+		}
 	}
 }
