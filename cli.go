@@ -49,7 +49,7 @@ func isLaunch(args []string) bool {
 
 func newRootCommand(ctx context.Context, set settings) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME | --pids N | --memory SIZE | --cpus N | --publish [HOST_PORT:]PORT]... [--exec CMD [ARGS...] | claude args...]",
+		Use:   "agent-sandbox [--env NAME | --home VOLUME | --repo OWNER/NAME | --pids N | --memory SIZE | --cpus N | --publish [HOST_PORT:]PORT | --agent claude|codex|gemini]... [--exec CMD [ARGS...] | claude args...]",
 		Short: "Run Claude Code in a rootless podman sandbox with allowlisted egress",
 		Long: `agent-sandbox runs Claude Code (or, with --exec, any command) in a rootless
 podman sandbox. The current directory is mounted at the same path; the only
@@ -67,7 +67,10 @@ session. The agent is limited to 4096 processes, half the memory and all
 CPUs but one; --pids, --memory and --cpus change that (a limit this host
 cannot enforce is refused; agent-sandbox doctor says which). --publish
 [HOST_PORT:]PORT makes a server the agent runs on PORT reachable at
-127.0.0.1:HOST_PORT on this machine, and nowhere else.`,
+127.0.0.1:HOST_PORT on this machine, and nowhere else. --agent codex or
+--agent gemini (or AGENT_SANDBOX_AGENT) runs that agent instead of Claude
+Code: its image is built on first use, and its hosts are allowed for the
+session.`,
 		Example: `  agent-sandbox                      # claude in the current directory
   agent-sandbox --resume             # arguments go to claude
   agent-sandbox --exec bash          # a shell in the sandbox
@@ -75,6 +78,7 @@ cannot enforce is refused; agent-sandbox doctor says which). --publish
   agent-sandbox --repo me/docs       # also admit GitHub writes to me/docs
   agent-sandbox --pids 1024 --memory 4g --exec make -j8
   agent-sandbox --publish 8000 --exec npm run dev   # open http://127.0.0.1:8000
+  agent-sandbox --agent codex        # OpenAI's Codex CLI instead of Claude Code
   agent-sandbox version`,
 		Args: cobra.ArbitraryArgs,
 		// Every argument belongs to claude or to the --exec command.
@@ -158,7 +162,7 @@ layer cache. AGENT_SANDBOX_BASE_IMAGE names the base image (default
 			return buildCommand(ctx, set, cmd.ErrOrStderr(), only, noCache)
 		},
 	}
-	cmd.Flags().StringVar(&only, "only", "", "build one image: sandbox or router")
+	cmd.Flags().StringVar(&only, "only", "", "build one image: sandbox or router, or an agent's: codex or gemini")
 	cmd.Flags().BoolVar(&noCache, "no-cache", false, "run every step again instead of using podman's layer cache")
 	return reportFlagErrors(cmd)
 }
@@ -203,6 +207,10 @@ type launchArgs struct {
 	asked  limits.Asked
 	// publish are the ports --publish makes reachable from the host.
 	publish []publishedPort
+	// agent is --agent's name, "" for the default; exec says the command
+	// came from --exec rather than being the agent's with its arguments.
+	agent string
+	exec  bool
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -217,6 +225,7 @@ var launchOptions = map[string]struct{ value, example string }{
 	"--memory":  {"a size", "--memory 4g"},
 	"--cpus":    {"a number of CPUs", "--cpus 1.5"},
 	"--publish": {"a port", "--publish 8000"},
+	"--agent":   {"an agent", "--agent codex"},
 }
 
 // parseLaunchArgs takes `[OPTION VALUE]... [--exec CMD ARGS... | claude args...]`
@@ -244,6 +253,7 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 	}
 	la.cmd = append([]string{"claude"}, args...)
 	if len(args) > 0 && args[0] == "--exec" {
+		la.exec = true
 		la.cmd = args[1:]
 		if len(la.cmd) == 0 {
 			return la, errors.New("--exec needs a command, as in: agent-sandbox --exec bash")
@@ -276,6 +286,11 @@ func (la *launchArgs) set(opt, value string, getenv func(string) (string, bool))
 	case "--cpus":
 		la.limits.CPUs, err = limits.ParseCPUs(value, runtime.NumCPU())
 		la.asked.CPUs = true
+	case "--agent":
+		if _, err := lookupAgent(value, "--agent"); err != nil {
+			return err
+		}
+		la.agent = value
 	case "--publish":
 		p, err := parsePublishedPort(value)
 		if err != nil {

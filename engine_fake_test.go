@@ -30,6 +30,8 @@ type fakeEngine struct {
 	cancelFails bool
 	// notReady names a helper container that exits before it is ready.
 	notReady string
+	// buildHook sees each build while its context exists.
+	buildHook func(imageBuild)
 	// logLines records how many lines each ContainerLogs asked for.
 	logLines map[string][]int
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
@@ -252,6 +254,9 @@ func (f *fakeEngine) ImageExists(ctx context.Context, name string) (bool, error)
 
 func (f *fakeEngine) ImageBuild(ctx context.Context, b imageBuild, out io.Writer) error {
 	_, _ = io.WriteString(out, f.buildOutput)
+	if f.buildHook != nil {
+		f.buildHook(b)
+	}
 	if err := f.create(ctx, "ImageBuild", b.tag); err != nil {
 		return err
 	}

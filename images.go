@@ -24,7 +24,7 @@ import (
 // (*.bin) are there only when `make build` made them first: a plain
 // `go build` in a fresh clone still works, but cannot build the router.
 //
-//go:embed router-image sandbox-image
+//go:embed router-image sandbox-image recipes
 var embeddedContexts embed.FS
 
 // imageContexts is a variable so that tests can stand in for the helpers.
@@ -50,6 +50,10 @@ type sessionImage struct {
 	needs []string
 	// hostCA passes the host's CA bundle to the build as secret "hostca".
 	hostCA bool
+	// base is the image it is built FROM (build arg BASE), when not the
+	// base image the sandbox image is built from: an agent's recipe is
+	// built on the sandbox image.
+	base string
 }
 
 // sessionImages lists the sandbox image, then the router image.
@@ -74,8 +78,11 @@ func releaseBuild() bool { return version != "dev" && registry != "" }
 // ensureImages runs before anything of a session is created. A missing
 // image of agent-sandbox's own is built (or, by a release build, pulled);
 // a missing image the user named is refused, and then nothing is built.
-func ensureImages(ctx context.Context, eng engine, set settings, name string, out io.Writer) error {
-	missing, err := missingImages(ctx, eng, set)
+//
+// extra are images the session needs beyond the two, after them (an
+// agent's, built on the sandbox image).
+func ensureImages(ctx context.Context, eng engine, set settings, extra []sessionImage, name string, out io.Writer) error {
+	missing, err := missingImages(ctx, eng, append(sessionImages(set), extra...))
 	if err != nil || len(missing) == 0 {
 		return err
 	}
@@ -94,7 +101,7 @@ func ensureImages(ctx context.Context, eng engine, set settings, name string, ou
 		}
 	}
 	for _, im := range missing {
-		say(out, "image %s is missing: building it (once; `agent-sandbox build` rebuilds it)", im.name)
+		say(out, "image %s is missing: building it (once; `agent-sandbox build --only %s` rebuilds it)", im.name, strings.TrimSuffix(im.role, " agent"))
 		if err := buildImage(ctx, eng, set, im, name, false, out); err != nil {
 			return err
 		}
@@ -105,9 +112,9 @@ func ensureImages(ctx context.Context, eng engine, set settings, name string, ou
 // missingImages are the session's images that are not in local storage;
 // one the user named is refused, since only the user knows where it comes
 // from.
-func missingImages(ctx context.Context, eng engine, set settings) ([]sessionImage, error) {
+func missingImages(ctx context.Context, eng engine, images []sessionImage) ([]sessionImage, error) {
 	var missing []sessionImage
-	for _, im := range sessionImages(set) {
+	for _, im := range images {
 		ok, err := eng.ImageExists(ctx, im.name)
 		if err != nil {
 			return nil, err
@@ -132,8 +139,14 @@ func buildCommand(ctx context.Context, set settings, out io.Writer, only string,
 			todo = append(todo, im)
 		}
 	}
+	// An agent's image only when named: its recipe downloads the agent.
+	for _, a := range agentPresets {
+		if a.recipe != "" && only == a.name {
+			todo = append(todo, a.image(set.image))
+		}
+	}
 	if len(todo) == 0 {
-		return refusef("--only %s: name the sandbox or the router image, as in --only router", only)
+		return refusef("--only %s: name the sandbox or the router image, or an agent's (codex, gemini), as in --only router", only)
 	}
 	for _, im := range todo {
 		// The name may be a derived image of the user's (a recipe's, say):
@@ -192,9 +205,10 @@ func writeContext(parent, prefix string, im sessionImage) (string, error) {
 			_ = os.RemoveAll(dir)
 			return "", err
 		}
-		// Fixed modes: a COPY step's cache key covers them.
+		// Fixed modes: a COPY step's cache key covers them. Helpers and
+		// scripts (a recipe's wrapper) run.
 		mode := os.FileMode(0o644)
-		if strings.HasSuffix(e.Name(), ".bin") {
+		if strings.HasSuffix(e.Name(), ".bin") || bytes.HasPrefix(b, []byte("#!")) {
 			mode = 0o755
 		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, mode); err != nil {
@@ -245,7 +259,11 @@ func buildImage(ctx context.Context, eng engine, set settings, im sessionImage, 
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	p := newProgress(out, isTerminal(out), "building "+im.role+" image", parseBuildLine)
-	err = eng.ImageBuild(ctx, buildSpec(im, set.baseImage, dir, noCache), p)
+	base := set.baseImage
+	if im.base != "" {
+		base = im.base
+	}
+	err = eng.ImageBuild(ctx, buildSpec(im, base, dir, noCache), p)
 	p.finish(err, "built "+im.name)
 	if err != nil {
 		// podman's message may end in a newline.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,15 @@ type sessionConfig struct {
 	host   limits.Host
 	// published are the ports reachable from the host (publish.go).
 	published []publishedPort
+	// agent is the agent preset (agents.go); image is the image the
+	// agent's container runs; agentHosts are the hosts its preset adds to
+	// the allowlist for this session.
+	agent      agentPreset
+	image      string
+	agentHosts []entry
+	// listed is what the allowlist file said at the start (entries
+	// without the agent's hosts): the watcher's first look compares it.
+	listed []entry
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -295,7 +305,7 @@ func (s *session) start(ctx context.Context, runtimeDir string) error {
 	if !s.set.noStartGC {
 		s.collectDeadSessions(ctx, labelled, runtimeDir)
 	}
-	if err := ensureImages(ctx, s.eng, s.set, s.cfg.name, s.out); err != nil {
+	if err := ensureImages(ctx, s.eng, s.set, s.cfg.agentImages(s.set), s.cfg.name, s.out); err != nil {
 		return err
 	}
 	// The home first: a volume of that name that is not ours refuses the
@@ -479,7 +489,7 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 	// that only its start is left once both helpers are ready.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		spec := agentSpec(s.set.image, s.names, s.labels, s.cfg.homeVolume, s.cfg)
+		spec := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg)
 		// The runtime resolves the mounts' sources again, following links:
 		// they must still be what the scan saw.
 		if err := s.cfg.project.verify(); err != nil {
@@ -519,7 +529,13 @@ func (s *session) run(ctx context.Context) error {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			watchAllowlist(watchCtx, s.cfg.allowlist, s.cfg.entries, s.files.apply, midSessionWarner(s.out))
+			// The agent's hosts stay whatever the file says.
+			apply := func(es []entry) error { return s.files.apply(withAgentHosts(es, s.cfg.agentHosts)) }
+			listed := s.cfg.entries
+			if s.cfg.listed != nil {
+				listed = s.cfg.listed
+			}
+			watchAllowlist(watchCtx, s.cfg.allowlist, listed, apply, midSessionWarner(s.out))
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
@@ -529,6 +545,9 @@ func (s *session) run(ctx context.Context) error {
 	}
 	for _, p := range s.cfg.published {
 		say(s.out, "published: %s reaches port %d in the sandbox", p.url(), p.sandbox)
+	}
+	if l := agentHostsLine(s.cfg.agent, s.cfg.agentHosts, s.cfg.listed); l != "" {
+		say(s.out, "%s", l)
 	}
 	s.agentStarted = true
 	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty, s.stopOnRequest)
@@ -717,11 +736,61 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 		return cfg, err
 	}
 	cfg.published = la.publish
+	if err := cfg.pickAgent(set, la); err != nil {
+		return cfg, err
+	}
 	if cfg.limits, cfg.host, err = sessionLimits(set.machine(), la, out); err != nil {
 		return cfg, err
 	}
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	return cfg, nil
+}
+
+// pickAgent sets the agent's preset, image, command and hosts: --agent's,
+// else AGENT_SANDBOX_AGENT's, else Claude Code.
+func (cfg *sessionConfig) pickAgent(set settings, la launchArgs) error {
+	name, from := la.agent, "--agent"
+	if name == "" {
+		name, from = set.agent, "AGENT_SANDBOX_AGENT"
+	}
+	if name == "" {
+		name = defaultAgent
+	}
+	a, err := lookupAgent(name, from)
+	if err != nil {
+		return err
+	}
+	cfg.agent, cfg.image = a, set.image
+	if !la.exec {
+		// The agent's own command, with the arguments given.
+		cfg.cmd = append(slices.Clone(a.command), la.cmd[1:]...)
+	}
+	if a.recipe == "" {
+		return nil
+	}
+	if dflt, _ := defaultImageNames(); set.image != dflt {
+		return fmt.Errorf("%s %s runs its own image, built on agent-sandbox's, but AGENT_SANDBOX_IMAGE names %s: unset one of them", from, a.name, set.image)
+	}
+	cfg.image = a.imageName()
+	api, err := apiHosts(set.apiHosts)
+	if err != nil {
+		return err
+	}
+	if cfg.agentHosts, err = a.hosts(api); err != nil {
+		return err
+	}
+	cfg.listed = cfg.entries
+	cfg.entries = withAgentHosts(cfg.entries, cfg.agentHosts)
+	return nil
+}
+
+// agentImages are the images the session needs beyond the two: its
+// agent's, if that has one of its own.
+func (cfg sessionConfig) agentImages(set settings) []sessionImage {
+	if cfg.agent.recipe == "" {
+		return nil
+	}
+	return []sessionImage{cfg.agent.image(set.image)}
 }
 
 // sessionLimits are the agent's limits: the defaults for this machine with

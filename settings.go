@@ -42,6 +42,7 @@ type settings struct {
 	apiAllow      string // AGENT_SANDBOX_API_ALLOW: the API gate's rules turned off
 	publish       string // AGENT_SANDBOX_PUBLISH: registry hosts the agent may publish to
 	scanDirs      string // AGENT_SANDBOX_SCAN_DIRS: how many directories the start's scan may read
+	agent         string // AGENT_SANDBOX_AGENT: the agent sessions run unless --agent says otherwise
 
 	// noStartGC keeps a session from cleaning up dead ones (the leak tests
 	// attribute each leak to the session that made it); trace times steps.
@@ -83,6 +84,7 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.apiHosts, s.upstreamCA = get("AGENT_SANDBOX_API_HOSTS"), get("AGENT_SANDBOX_UPSTREAM_CA")
 	s.apiAllow, s.publish = get("AGENT_SANDBOX_API_ALLOW"), get("AGENT_SANDBOX_PUBLISH")
 	s.scanDirs = get("AGENT_SANDBOX_SCAN_DIRS")
+	s.agent = get("AGENT_SANDBOX_AGENT")
 	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
 	s.machine = probeMachine
 	return s

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -61,8 +62,8 @@ type recipeAPI struct {
 }
 
 var recipeCredRows = []secRow{
-	{29, "codex exec in the Codex recipe image gets its answer from the OpenAI API through the router, which adds the user's key (Authorization: Bearer); the key is nowhere the agent can look; a key of the agent's own is replaced", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, codexAPI) }},
-	{30, "gemini -p in the Gemini recipe image gets its answer streamed from the Gemini API through the router, which adds the user's key (x-goog-api-key); the key is nowhere the agent can look; a key of the agent's own is replaced, one in the query refused", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, geminiAPI) }},
+	{29, "codex exec under --agent codex (its image built from the recipe on first use, its API host allowed by the preset) gets its answer from the OpenAI API through the router, which adds the user's key (Authorization: Bearer); the key is nowhere the agent can look; a key of the agent's own is replaced", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, codexAPI) }},
+	{30, "gemini -p under AGENT_SANDBOX_AGENT=gemini (its image built from the recipe on first use, its API host allowed by the preset) gets its answer streamed from the Gemini API through the router, which adds the user's key (x-goog-api-key); the key is nowhere the agent can look; a key of the agent's own is replaced, one in the query refused", func(t *testing.T, ev *evidence) { recipeCredRow(t, ev, geminiAPI) }},
 }
 
 // askTimeout bounds one question to a CLI inside the session.
@@ -145,13 +146,22 @@ func recipeCredRow(t *testing.T, ev *evidence, a recipeAPI) {
 		// file of its home, is found by the same look.
 		probe{"look-own", `export AGENT_KEY=` + opened + `; printf %s "$AGENT_KEY" > ~/own-key; python3 -S ./cred.py look ` + halves(opened)})
 	mark := markFakeLog()
+	// The agent by name (issue 24): its image built from its recipe on
+	// first use, its API host allowed for the session by its preset, not
+	// by the allowlist, which names nothing. Codex by --agent, Gemini by
+	// AGENT_SANDBOX_AGENT.
+	allowlist := writeAllowlist(t, "# empty: the agent's preset adds its API host\n")
+	env := map[string]string{a.env: key, "AGENT_SANDBOX_ALLOWLIST": allowlist}
+	var args []string
+	if a.recipe == "codex" {
+		args = []string{"--agent", a.recipe}
+	} else {
+		env["AGENT_SANDBOX_AGENT"] = a.recipe
+	}
 	h := holdSession(t, relOpts{
-		Dir: credDir(t),
-		Env: credEnvFor(a.provider, a.host, map[string]string{
-			a.env:                     key,
-			"AGENT_SANDBOX_IMAGE":     recipeImage(t, a.recipe),
-			"AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, a.host+"\n"),
-		}),
+		Dir:  credDir(t),
+		Args: args,
+		Env:  credEnvFor(a.provider, a.host, env),
 		// Up to three CLI runs and a look through a 2 GB image.
 		Timeout: 8 * time.Minute,
 	}, probes...)
@@ -181,11 +191,20 @@ func recipeCredRow(t *testing.T, ev *evidence, a recipeAPI) {
 	if p := h.res["look-own"]; !strings.Contains(p.Out, "env=1") || strings.Contains(p.Out, "proc=0") || !strings.Contains(p.Out, "/home/claude/own-key") {
 		t.Errorf("opened path: the look did not find the agent's own key in its environment, /proc and ~/own-key: %s", p)
 	}
+	if want := "agent " + a.recipe + ": allowed for this session, not written to your allowlist: " + a.host; !strings.Contains(h.stderr, want) {
+		t.Errorf("the start does not say the preset added %s:\n%s", a.host, indent(h.stderr))
+	}
+	if b, _ := os.ReadFile(allowlist); strings.Contains(string(b), a.host) {
+		t.Errorf("the preset's host was written to the allowlist:\n%s", b)
+	}
+	if !strings.Contains(h.specs, `"localhost/agent-sandbox-`+a.recipe+`:dev"`) {
+		t.Errorf("the agent does not run the preset's image localhost/agent-sandbox-%s:dev", a.recipe)
+	}
 	summary := regexp.MustCompile(`(?m)^agent-sandbox:   ` + regexp.QuoteMeta(a.host) + `  ` + a.env + ` from your environment, [1-9][0-9]* requests?$`)
 	if !summary.MatchString(h.stderr) {
 		t.Errorf("the exit summary does not say the router added %s for %s:\n%s", a.env, a.host, indent(h.stderr))
 	}
-	// The allowlist names the API host alone: anything else the CLI
+	// The session allows the API host alone: anything else the CLI
 	// asked for is listed when the session ends.
 	blocked := blockedHosts(h.stderr)
 	for _, b := range blocked {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,7 +285,13 @@ func holdSession(t *testing.T, o relOpts, probes ...probe) heldSession {
 	t.Helper()
 	hold := probe{"hold", `touch ./ready
 i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`}
-	o.Cmd = []string{"sh", "-c", probeScript(append(probes, hold)...)}
+	script := []string{"sh", "-c", probeScript(append(probes, hold)...)}
+	if o.Args != nil {
+		// The launcher's own options, then --exec.
+		o.Args = append(append(slices.Clone(o.Args), "--exec"), script...)
+	} else {
+		o.Cmd = script
+	}
 	l := startLauncher(t, o)
 	var h heldSession
 	if l.waitFile("ready", o.Timeout-time.Minute) {

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// Agents by name (--agent, AGENT_SANDBOX_AGENT): each has its command,
+// its image (Claude Code's is the sandbox image; the others are built on
+// first use from their recipe under recipes/, which travels in the
+// binary), the hosts it needs (added for the session only, never written
+// to the user's allowlist) and the API whose key the router adds for it.
+
+// agentPreset is one agent --agent names.
+type agentPreset struct {
+	name    string
+	command []string
+	// recipe is its image's build context under recipes/, built FROM the
+	// sandbox image; "" runs the sandbox image itself.
+	recipe string
+	// provider is the API whose key it uses (credentials.go).
+	provider *apiProvider
+}
+
+// defaultAgent is the agent a session runs unless told otherwise.
+const defaultAgent = "claude"
+
+var agentPresets = []agentPreset{
+	{name: "claude", command: []string{"claude"}, provider: anthropicAPI},
+	{name: "codex", command: []string{"codex"}, recipe: "codex", provider: openaiAPI},
+	{name: "gemini", command: []string{"gemini"}, recipe: "gemini", provider: geminiAPI},
+}
+
+// lookupAgent is the agent called name; from says where the name came
+// from, for the refusal.
+func lookupAgent(name, from string) (agentPreset, error) {
+	var names []string
+	for _, a := range agentPresets {
+		if a.name == name {
+			return a, nil
+		}
+		names = append(names, a.name)
+	}
+	return agentPreset{}, fmt.Errorf("%s %s: not an agent agent-sandbox knows; pick one of %s", from, name, strings.Join(names, ", "))
+}
+
+// imageName is the agent's image: agent-sandbox's own, named as the main
+// images are.
+func (a agentPreset) imageName() string {
+	if releaseBuild() {
+		return registry + "/agent-sandbox-" + a.recipe + ":" + version
+	}
+	return "localhost/agent-sandbox-" + a.recipe + ":dev"
+}
+
+// image is the agent's image as ensureImages builds or pulls it: from its
+// recipe, on the session's sandbox image.
+func (a agentPreset) image(sandbox string) sessionImage {
+	n := a.imageName()
+	return sessionImage{role: a.name + " agent", name: n, dflt: n, env: "--agent " + a.name,
+		dir: path.Join("recipes", a.recipe), hostCA: true, base: sandbox}
+}
+
+// hosts are the hosts the agent needs, from its recipe's list. Where
+// AGENT_SANDBOX_API_HOSTS points the agent's API elsewhere (a proxy, the
+// tests' fake), that host stands in for the whole list: its sign-in hosts
+// belong to the real API.
+func (a agentPreset) hosts(api map[*apiProvider]string) ([]entry, error) {
+	if a.recipe == "" {
+		return nil, nil
+	}
+	if h, ok := api[a.provider]; ok && h != a.provider.host {
+		return []entry{{Host: h, Port: tlsPort}}, nil
+	}
+	name := path.Join("recipes", a.recipe, "allowed-hosts")
+	b, err := fs.ReadFile(imageContexts, name)
+	if err != nil {
+		return nil, fmt.Errorf("this agent-sandbox lacks %s: rebuild it with make build", name)
+	}
+	return parseAllowlistFrom(bytes.NewReader(b), name)
+}
+
+// withAgentHosts is entries plus those of hosts not already in it: the
+// list a session with an agent preset runs with, after every edit too.
+func withAgentHosts(entries, hosts []entry) []entry {
+	out := append([]entry(nil), entries...)
+	have := map[entry]bool{}
+	for _, e := range entries {
+		have[e.key()] = true
+	}
+	for _, h := range hosts {
+		if !have[h.key()] {
+			have[h.key()] = true
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// agentHostsLine says which hosts the agent's preset added to listed.
+func agentHostsLine(a agentPreset, hosts, listed []entry) string {
+	have := map[entry]bool{}
+	for _, e := range listed {
+		have[e.key()] = true
+	}
+	var names []string
+	for _, h := range hosts {
+		if !have[h.key()] {
+			names = append(names, h.line())
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("agent %s: allowed for this session, not written to your allowlist: %s", a.name, strings.Join(names, ", "))
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestLookupAgent(t *testing.T) {
+	for _, n := range []string{"claude", "codex", "gemini"} {
+		if a, err := lookupAgent(n, "--agent"); err != nil || a.name != n {
+			t.Errorf("%s: %+v, %v", n, a, err)
+		}
+	}
+	if _, err := lookupAgent("copilot", "AGENT_SANDBOX_AGENT"); err == nil || err.Error() != "AGENT_SANDBOX_AGENT copilot: not an agent agent-sandbox knows; pick one of claude, codex, gemini" {
+		t.Errorf("unknown: %v", err)
+	}
+	if _, err := parseLaunchArgs([]string{"--agent", "nope"}, nil); err == nil || !strings.Contains(err.Error(), "--agent nope: not an agent") {
+		t.Errorf("--agent nope: %v", err)
+	}
+}
+
+func pickFor(t *testing.T, env map[string]string, args ...string) (sessionConfig, error) {
+	t.Helper()
+	la, err := parseLaunchArgs(args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg := sessionConfig{cmd: la.cmd, entries: []entry{{Host: "api.openai.com", Port: 443}, {Host: "example.com", Port: 443}}}
+	err = cfg.pickAgent(set, la)
+	return cfg, err
+}
+
+func TestPickAgent(t *testing.T) {
+	// Claude Code by default: the sandbox image, claude with the arguments.
+	cfg, err := pickFor(t, nil, "--resume")
+	if err != nil || cfg.agent.name != "claude" || cfg.image != "localhost/agent-sandbox:dev" || !slices.Equal(cfg.cmd, []string{"claude", "--resume"}) || len(cfg.agentHosts) != 0 {
+		t.Errorf("default: %+v, %v", cfg, err)
+	}
+	// Codex: its image, its command, its recipe's hosts added once.
+	cfg, err = pickFor(t, nil, "--agent", "codex", "exec", "hi")
+	if err != nil || cfg.image != "localhost/agent-sandbox-codex:dev" || !slices.Equal(cfg.cmd, []string{"codex", "exec", "hi"}) {
+		t.Fatalf("codex: %+v, %v", cfg, err)
+	}
+	var hosts []string
+	for _, e := range cfg.agentHosts {
+		hosts = append(hosts, e.String())
+	}
+	if !slices.Equal(hosts, []string{"api.openai.com", "auth.openai.com", "chatgpt.com"}) {
+		t.Errorf("codex hosts %v", hosts)
+	}
+	if len(cfg.entries) != 4 || len(cfg.listed) != 2 {
+		t.Errorf("entries %v (listed %v): want the list plus the two hosts it lacked", cfg.entries, cfg.listed)
+	}
+	// AGENT_SANDBOX_AGENT sets the default; --exec keeps its command.
+	cfg, err = pickFor(t, map[string]string{"AGENT_SANDBOX_AGENT": "gemini"}, "--exec", "gemini", "--version")
+	if err != nil || cfg.image != "localhost/agent-sandbox-gemini:dev" || !slices.Equal(cfg.cmd, []string{"gemini", "--version"}) {
+		t.Errorf("gemini by env, --exec: %+v, %v", cfg, err)
+	}
+	// --agent wins over the variable.
+	if cfg, err = pickFor(t, map[string]string{"AGENT_SANDBOX_AGENT": "gemini"}, "--agent", "claude"); err != nil || cfg.agent.name != "claude" {
+		t.Errorf("--agent over the env: %+v, %v", cfg.agent, err)
+	}
+	// The API pointed elsewhere (the tests' fake): that host alone.
+	cfg, err = pickFor(t, map[string]string{"AGENT_SANDBOX_API_HOSTS": "openai=openai-api.allowed.test"}, "--agent", "codex")
+	if err != nil || len(cfg.agentHosts) != 1 || cfg.agentHosts[0].Host != "openai-api.allowed.test" {
+		t.Errorf("codex with its API elsewhere: %+v, %v", cfg.agentHosts, err)
+	}
+	// No silent choice between two images.
+	if _, err := pickFor(t, map[string]string{"AGENT_SANDBOX_IMAGE": "localhost/mine:1"}, "--agent", "codex"); err == nil ||
+		!strings.Contains(err.Error(), "--agent codex runs its own image, built on agent-sandbox's, but AGENT_SANDBOX_IMAGE names localhost/mine:1: unset one of them") {
+		t.Errorf("codex with AGENT_SANDBOX_IMAGE: %v", err)
+	}
+	if _, err := pickFor(t, map[string]string{"AGENT_SANDBOX_AGENT": "nope"}); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_AGENT nope") {
+		t.Errorf("a bad AGENT_SANDBOX_AGENT: %v", err)
+	}
+}
+
+func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
+	fakeContexts(t, true)
+	m := imageContexts.(fstest.MapFS)
+	m["recipes/codex/Containerfile"] = &fstest.MapFile{Data: []byte("ARG BASE\nFROM ${BASE}\nCOPY codex /usr/local/bin/\n")}
+	m["recipes/codex/codex"] = &fstest.MapFile{Data: []byte("#!/bin/sh\nexec real-codex \"$@\"\n")}
+	m["recipes/codex/allowed-hosts"] = &fstest.MapFile{Data: []byte("api.openai.com\n")}
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	eng := newFakeEngine()
+	eng.runCode = 7
+	eng.missingImages = map[string]bool{devSandbox: true, "localhost/agent-sandbox-codex:dev": true}
+	cfg := testConfig(t)
+	a, _ := lookupAgent("codex", "--agent")
+	cfg.agent, cfg.image = a, a.imageName()
+	var modes = map[string]os.FileMode{}
+	eng.buildHook = func(b imageBuild) {
+		_ = filepath.Walk(b.contextDir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() {
+				modes[filepath.Base(p)] = fi.Mode().Perm()
+			}
+			return nil
+		})
+	}
+	if code, out := runSession(context.Background(), eng, cfg); code != 7 {
+		t.Fatalf("exit %d\n%s", code, out())
+	}
+	if len(eng.builds) != 2 || eng.builds[0].tag != devSandbox || eng.builds[1].tag != "localhost/agent-sandbox-codex:dev" {
+		t.Fatalf("builds %+v: want the sandbox image, then codex's on it", eng.builds)
+	}
+	if b := eng.builds[1]; b.args["BASE"] != devSandbox {
+		t.Errorf("codex image BASE = %q, want the sandbox image", b.args["BASE"])
+	}
+	if modes["codex"] != 0o755 || modes["Containerfile"] != 0o644 {
+		t.Errorf("context modes %v: the wrapper script must run", modes)
+	}
+	if c := eng.containers[testSession+"-claude"]; c.Image != "localhost/agent-sandbox-codex:dev" {
+		t.Errorf("the agent runs %s", c.Image)
+	}
+}
