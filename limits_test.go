@@ -141,3 +141,15 @@ func TestLogsAreBoundedAndTheReportReadsTheTail(t *testing.T) {
 		}
 	}
 }
+
+func TestALongRouterLogIsSaidToBeCut(t *testing.T) {
+	for _, lines := range []int{10, routerReportLines} {
+		eng := newFakeEngine()
+		cfg := testConfig(t)
+		eng.logs = map[string]string{testSession + "-router": strings.Repeat("dnsmasq: query[A] x.test from 10.89.7.3\n", lines-1) + "last"}
+		_, out := runSession(context.Background(), eng, cfg)
+		if cut := strings.Contains(out(), "the router's log is longer than the 20000 lines this report reads"); cut != (lines == routerReportLines) {
+			t.Errorf("%d lines: said cut = %v:\n%s", lines, cut, out())
+		}
+	}
+}

@@ -697,6 +697,11 @@ func (s *session) endAgent(ctx context.Context) bool {
 	left := make(chan []string, 1)
 	go func() { left <- s.cfg.project.leftForHost() }()
 	routerLog := s.eng.ContainerLogs(ctx, s.names.router, routerReportLines)
+	if strings.Count(routerLog, "\n")+1 >= routerReportLines {
+		// A flood (of blocked lookups, say) must not hide what came
+		// before it without a word.
+		say(s.out, "the router's log is longer than the %d lines this report reads: what follows covers the session's end only (the agent may have flooded it)", routerReportLines)
+	}
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
 	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
