@@ -19,8 +19,18 @@ func TestLookupAgent(t *testing.T) {
 	if _, err := lookupAgent("copilot", "AGENT_SANDBOX_AGENT"); err == nil || err.Error() != "AGENT_SANDBOX_AGENT copilot: not an agent agent-sandbox knows; pick one of claude, codex, gemini" {
 		t.Errorf("unknown: %v", err)
 	}
-	if _, err := parseLaunchArgs([]string{"--agent", "nope"}, nil); err == nil || !strings.Contains(err.Error(), "--agent nope: not an agent") {
-		t.Errorf("--agent nope: %v", err)
+	// Claude Code's own --agent (a subagent of its) passes through.
+	for _, args := range [][]string{{"--agent", "reviewer", "-p", "hi"}, {"--agent=reviewer"}} {
+		la, err := parseLaunchArgs(args, nil)
+		if err != nil || la.agent != "" || !slices.Equal(la.cmd, append([]string{"claude"}, args...)) {
+			t.Errorf("%q: agent %q cmd %q, %v; want it all for claude", args, la.agent, la.cmd, err)
+		}
+	}
+	if la, err := parseLaunchArgs([]string{"--agent=codex", "--pids", "64"}, nil); err != nil || la.agent != "codex" || la.limits.Pids != 64 {
+		t.Errorf("--agent=codex: %+v, %v", la, err)
+	}
+	if _, err := parseLaunchArgs([]string{"--agent"}, nil); err == nil || !strings.Contains(err.Error(), "--agent needs an agent") {
+		t.Errorf("--agent alone: %v", err)
 	}
 }
 

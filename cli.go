@@ -236,7 +236,7 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 	for len(args) > 0 {
 		opt, value, inline := strings.Cut(args[0], "=")
 		o, ok := launchOptions[opt]
-		if !ok {
+		if !ok || claudesOwnAgent(opt, value, inline, args) {
 			break
 		}
 		if inline {
@@ -260,6 +260,23 @@ func parseLaunchArgs(args []string, getenv func(string) (string, bool)) (launchA
 		}
 	}
 	return la, nil
+}
+
+// claudesOwnAgent says that an --agent at args[0] is Claude Code's own
+// (run as one of its subagents), not the launcher's: its value names no
+// agent of ours. The alias claude=agent-sandbox keeps it working.
+func claudesOwnAgent(opt, value string, inline bool, args []string) bool {
+	if opt != "--agent" {
+		return false
+	}
+	if !inline {
+		if len(args) < 2 {
+			return false
+		}
+		value = args[1]
+	}
+	_, err := lookupAgent(value, opt)
+	return err != nil
 }
 
 // set takes one option's value.
@@ -287,9 +304,6 @@ func (la *launchArgs) set(opt, value string, getenv func(string) (string, bool))
 		la.limits.CPUs, err = limits.ParseCPUs(value, runtime.NumCPU())
 		la.asked.CPUs = true
 	case "--agent":
-		if _, err := lookupAgent(value, "--agent"); err != nil {
-			return err
-		}
 		la.agent = value
 	case "--publish":
 		p, err := parsePublishedPort(value)
