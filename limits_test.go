@@ -39,26 +39,33 @@ func TestLaunchArgsTakeLimits(t *testing.T) {
 }
 
 func TestSessionLimits(t *testing.T) {
-	var out bytes.Buffer
-	l, _, err := sessionLimits(cgroupV1Machine, launchArgs{}, &out)
+	l, _, note, err := sessionLimits(cgroupV1Machine, launchArgs{})
 	if err != nil || l != (limits.Limits{Pids: 4096, Memory: 12 << 30, CPUs: 1}) {
 		t.Fatalf("defaults on cgroup v1: %+v, %v", l, err)
 	}
-	if want := "agent-sandbox: the memory and CPU limits are not enforced here: rootless podman cannot set cgroup limits on cgroup v1 (the limit of 4096 processes holds); agent-sandbox doctor says how to get them\n"; out.String() != want {
-		t.Errorf("said %q, want %q", out.String(), want)
+	if want := "the memory and CPU limits are not enforced here: rootless podman cannot set cgroup limits on cgroup v1 (the limit of 4096 processes holds); agent-sandbox doctor says how to get them"; note != want {
+		t.Errorf("note %q, want %q", note, want)
 	}
-	out.Reset()
-	if _, _, err := sessionLimits(cgroupV1Machine, launchArgs{limits: limits.Limits{Memory: 4 << 30}, asked: limits.Asked{Memory: true}}, &out); err == nil || !strings.Contains(err.Error(), "--memory cannot be enforced on this host") {
+	if _, _, _, err := sessionLimits(cgroupV1Machine, launchArgs{limits: limits.Limits{Memory: 4 << 30}, asked: limits.Asked{Memory: true}}); err == nil || !strings.Contains(err.Error(), "--memory cannot be enforced on this host") {
 		t.Errorf("--memory on cgroup v1: %v", err)
 	}
-	l, _, err = sessionLimits(cgroupV1Machine, launchArgs{limits: limits.Limits{Pids: 100}, asked: limits.Asked{Pids: true}}, &out)
+	l, _, _, err = sessionLimits(cgroupV1Machine, launchArgs{limits: limits.Limits{Pids: 100}, asked: limits.Asked{Pids: true}})
 	if err != nil || l.Pids != 100 || l.Memory != 12<<30 {
 		t.Errorf("--pids 100 on cgroup v1: %+v, %v", l, err)
 	}
-	out.Reset()
-	l, _, err = sessionLimits(cgroupV2Machine, launchArgs{limits: limits.Limits{Memory: 4 << 30, CPUs: 0.5}, asked: limits.Asked{Memory: true, CPUs: true}}, &out)
-	if err != nil || l != (limits.Limits{Pids: 4096, Memory: 4 << 30, CPUs: 0.5}) || out.Len() != 0 {
-		t.Errorf("cgroup v2: %+v, %v, said %q", l, err, out.String())
+	l, _, note, err = sessionLimits(cgroupV2Machine, launchArgs{limits: limits.Limits{Memory: 4 << 30, CPUs: 0.5}, asked: limits.Asked{Memory: true, CPUs: true}})
+	if err != nil || l != (limits.Limits{Pids: 4096, Memory: 4 << 30, CPUs: 0.5}) || note != "" {
+		t.Errorf("cgroup v2: %+v, %v, note %q", l, err, note)
+	}
+}
+
+func TestTheLimitsNoteIsSaidOnceTheSessionRuns(t *testing.T) {
+	eng := newFakeEngine()
+	cfg := testConfig(t)
+	cfg.limitsNote = "the memory and CPU limits are not enforced here"
+	_, out := runSession(context.Background(), eng, cfg)
+	if strings.Count(out(), "agent-sandbox: the memory and CPU limits are not enforced here\n") != 1 {
+		t.Errorf("said:\n%s", out())
 	}
 }
 

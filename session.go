@@ -75,6 +75,9 @@ type sessionConfig struct {
 	// enforce of them and of the helpers' fixed limits.
 	limits limits.Limits
 	host   limits.Host
+	// limitsNote says which limits do not hold here, once the session
+	// runs (a refusal stays one line); "" when all do.
+	limitsNote string
 	// published are the ports reachable from the host (publish.go).
 	published []publishedPort
 	// agent is the agent preset (agents.go); image is the image the
@@ -540,6 +543,9 @@ func (s *session) run(ctx context.Context) error {
 		defer func() { stopWatch(); <-watched }()
 	}
 	// Said once the session runs: a refusal stays one line.
+	if s.cfg.limitsNote != "" {
+		say(s.out, "%s", s.cfg.limitsNote)
+	}
 	if l := unreadHosts(s.cfg.cred, s.cfg.entries); l != "" {
 		say(s.out, "%s", l)
 	}
@@ -744,7 +750,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	if err := cfg.pickAgent(set, la); err != nil {
 		return cfg, err
 	}
-	if cfg.limits, cfg.host, err = sessionLimits(set.machine(), la, out); err != nil {
+	if cfg.limits, cfg.host, cfg.limitsNote, err = sessionLimits(set.machine(), la); err != nil {
 		return cfg, err
 	}
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
@@ -800,9 +806,10 @@ func (cfg sessionConfig) agentImages(set settings) []sessionImage {
 
 // sessionLimits are the agent's limits: the defaults for this machine with
 // the flags' values over them. A limit asked for that cannot hold here
-// refuses the session; a default that cannot is said once.
-func sessionLimits(m machine, la launchArgs, out io.Writer) (limits.Limits, limits.Host, error) {
-	l := limits.Defaults(m.memTotal, m.cpus)
+// refuses the session; note says which defaults cannot, for the session
+// to say once.
+func sessionLimits(m machine, la launchArgs) (l limits.Limits, h limits.Host, note string, err error) {
+	l = limits.Defaults(m.memTotal, m.cpus)
 	if la.asked.Pids {
 		l.Pids = la.limits.Pids
 	}
@@ -813,12 +820,12 @@ func sessionLimits(m machine, la launchArgs, out io.Writer) (limits.Limits, limi
 		l.CPUs = la.limits.CPUs
 	}
 	if err := m.limits.Refuse(l, la.asked); err != nil {
-		return l, m.limits, err
+		return l, m.limits, "", err
 	}
 	if kinds, why := m.limits.Unenforced(l); len(kinds) > 0 {
-		say(out, "the %s limits are not enforced here: %s (the limit of %d processes holds); agent-sandbox doctor says how to get them", limits.Names(kinds), why, l.Pids)
+		note = fmt.Sprintf("the %s limits are not enforced here: %s (the limit of %d processes holds); agent-sandbox doctor says how to get them", limits.Names(kinds), why, l.Pids)
 	}
-	return l, m.limits, nil
+	return l, m.limits, note, nil
 }
 
 // checkedLaunchDir is the current directory with every link resolved, so
