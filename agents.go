@@ -64,15 +64,17 @@ func (a agentPreset) image(sandbox string) sessionImage {
 		dir: path.Join("recipes", a.recipe), hostCA: true, base: sandbox}
 }
 
-// hosts are the hosts the agent needs, from its recipe's list. Where
-// AGENT_SANDBOX_API_HOSTS points the agent's API elsewhere (a proxy, the
-// tests' fake), that host stands in for the whole list: its sign-in hosts
-// belong to the real API.
-func (a agentPreset) hosts(api map[*apiProvider]string) ([]entry, error) {
+// hosts are the hosts the agent needs, from its recipe's list. With a key
+// for its API (the router adds it, or --env passes it in), that is the
+// API host alone: the sign-in hosts, which take data into whatever account
+// signs in, are for a session without one. Where AGENT_SANDBOX_API_HOSTS
+// points the API elsewhere (a proxy, the tests' fake), that host stands in
+// for the whole list: the sign-in hosts belong to the real API.
+func (a agentPreset) hosts(api map[*apiProvider]string, keyed bool) ([]entry, error) {
 	if a.recipe == "" {
 		return nil, nil
 	}
-	if h, ok := api[a.provider]; ok && h != a.provider.host {
+	if h, ok := api[a.provider]; ok && (h != a.provider.host || keyed) {
 		return []entry{{Host: h, Port: tlsPort}}, nil
 	}
 	name := path.Join("recipes", a.recipe, "allowed-hosts")
@@ -81,6 +83,24 @@ func (a agentPreset) hosts(api map[*apiProvider]string) ([]entry, error) {
 		return nil, fmt.Errorf("this agent-sandbox lacks %s: rebuild it with make build", name)
 	}
 	return parseAllowlistFrom(bytes.NewReader(b), name)
+}
+
+// hasKey says whether the session has a key for provider's API: in the
+// launcher's environment or stored (the router adds it), or passed in
+// with --env. A stored key that cannot be read counts: the session's
+// credential check refuses it later, with its fix.
+func hasKey(set settings, passed map[string]string, provider *apiProvider, api map[*apiProvider]string) bool {
+	var kinds []*credKind
+	for _, k := range credKinds {
+		if k.provider == provider {
+			kinds = append(kinds, k)
+		}
+	}
+	if handedIn(provider, kinds, passed) {
+		return true
+	}
+	c, err := findCredential(set.lookup, set.secretsDir(), kinds, api[provider])
+	return c != nil || err != nil
 }
 
 // withAgentHosts is entries plus those of hosts not already in it: the

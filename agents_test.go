@@ -53,7 +53,7 @@ func TestPickAgent(t *testing.T) {
 		t.Errorf("default: %+v, %v", cfg, err)
 	}
 	// Codex: its image, its command, its recipe's hosts added once.
-	cfg, err = pickFor(t, nil, "--agent", "codex", "exec", "hi")
+	cfg, err = pickFor(t, map[string]string{"XDG_CONFIG_HOME": t.TempDir()}, "--agent", "codex", "exec", "hi")
 	if err != nil || cfg.image != "localhost/agent-sandbox-codex:dev" || !slices.Equal(cfg.cmd, []string{"codex", "exec", "hi"}) {
 		t.Fatalf("codex: %+v, %v", cfg, err)
 	}
@@ -66,6 +66,11 @@ func TestPickAgent(t *testing.T) {
 	}
 	if len(cfg.entries) != 4 || len(cfg.listed) != 2 {
 		t.Errorf("entries %v (listed %v): want the list plus the two hosts it lacked", cfg.entries, cfg.listed)
+	}
+	// With a key, the API host alone: no sign-in hosts.
+	cfg, err = pickFor(t, map[string]string{"OPENAI_API_KEY": "sk-x", "XDG_CONFIG_HOME": t.TempDir()}, "--agent", "codex")
+	if err != nil || len(cfg.agentHosts) != 1 || cfg.agentHosts[0].Host != "api.openai.com" {
+		t.Errorf("codex with a key: %+v, %v", cfg.agentHosts, err)
 	}
 	// AGENT_SANDBOX_AGENT sets the default; --exec keeps its command.
 	cfg, err = pickFor(t, map[string]string{"AGENT_SANDBOX_AGENT": "gemini"}, "--exec", "gemini", "--version")

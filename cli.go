@@ -67,7 +67,8 @@ session. The agent is limited to 4096 processes, half the memory and all
 CPUs but one; --pids, --memory and --cpus change that (a limit this host
 cannot enforce is refused; agent-sandbox doctor says which). --publish
 [HOST_PORT:]PORT makes a server the agent runs on PORT reachable at
-127.0.0.1:HOST_PORT on this machine, and nowhere else. --agent codex or
+127.0.0.1:HOST_PORT on this machine (in a browser as DIR.localhost:HOST_PORT),
+and nowhere else. --agent codex or
 --agent gemini (or AGENT_SANDBOX_AGENT) runs that agent instead of Claude
 Code: its image is built on first use, and its hosts are allowed for the
 session.`,

@@ -487,7 +487,7 @@ func checkCredentials(env doctorEnv) checkResult {
 // checkLimits says which of a session's limits this machine enforces, and
 // how to get the rest: a warning, since sessions run without them.
 func checkLimits(m machine) checkResult {
-	l := limits.Defaults(m.memTotal, m.cpus)
+	l := limits.Defaults(m.memTotal, m.cpus, m.userTasks)
 	kinds, why := m.limits.Unenforced(l)
 	if len(kinds) == 0 {
 		return checkPassed("limits", "the agent's processes, memory and CPU are limited (default "+limits.Describe(l)+")")

@@ -138,6 +138,9 @@ func TestLogsAreBoundedAndTheReportReadsTheTail(t *testing.T) {
 			t.Errorf("%s: log configuration %+v, want a size bound", c, spec.LogConfiguration)
 		}
 	}
+	if d := eng.containers[testSession+"-router"].LogConfiguration.Driver; d != "k8s-file" {
+		t.Errorf("router log driver %q, want k8s-file (bounded, no dropped lines)", d)
+	}
 	got := eng.logLines[testSession+"-router"]
 	if len(got) == 0 {
 		t.Fatal("the exit report did not read the router's log")
@@ -150,13 +153,17 @@ func TestLogsAreBoundedAndTheReportReadsTheTail(t *testing.T) {
 }
 
 func TestALongRouterLogIsSaidToBeCut(t *testing.T) {
-	for _, lines := range []int{10, routerReportLines} {
+	for _, whole := range []bool{true, false} {
 		eng := newFakeEngine()
 		cfg := testConfig(t)
-		eng.logs = map[string]string{testSession + "-router": strings.Repeat("dnsmasq: query[A] x.test from 10.89.7.3\n", lines-1) + "last"}
+		log := strings.Repeat("dnsmasq: query[A] x.test from 10.89.7.3\n", 10)
+		if whole {
+			log = routerStartLine + "\n" + log
+		}
+		eng.logs = map[string]string{testSession + "-router": log}
 		_, out := runSession(context.Background(), eng, cfg)
-		if cut := strings.Contains(out(), "the router's log is longer than the 20000 lines this report reads"); cut != (lines == routerReportLines) {
-			t.Errorf("%d lines: said cut = %v:\n%s", lines, cut, out())
+		if cut := strings.Contains(out(), "the router's log does not reach back to its start"); cut == whole {
+			t.Errorf("whole %v: said cut = %v:\n%s", whole, cut, out())
 		}
 	}
 }

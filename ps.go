@@ -14,6 +14,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // `agent-sandbox ps` and `stop`: the user's running sessions, read from
@@ -123,7 +124,18 @@ func signalOwner(owner string) error {
 	if err != nil || n <= 0 {
 		return fmt.Errorf("its owner %q is not a process", owner)
 	}
-	return syscall.Kill(n, stopSignal)
+	// Through a pidfd, checked after it is open: a pid reused by another
+	// process since the register was read is never signalled (SIGUSR1
+	// would end most programs).
+	fd, err := unix.PidfdOpen(n, 0)
+	if err != nil {
+		return fmt.Errorf("its owner (pid %d) is gone: %w", n, err)
+	}
+	defer unix.Close(fd)
+	if !ownerAlive(owner) {
+		return fmt.Errorf("its owner (pid %d) is gone", n)
+	}
+	return unix.PidfdSendSignal(fd, stopSignal, nil, 0)
 }
 
 // stopSessions signals each named session's owner and waits for its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,7 +18,10 @@ import (
 // on the pod's own address at that inner port and relays to the server on
 // the pod's loopback, so a server bound to 127.0.0.1 works. Nothing new
 // leads out: the host's connection is the only new path, and the relay's
-// target is inside the pod.
+// target is inside the pod. A browser must open it by the session's own
+// name, NAME.localhost:HOST_PORT, from that origin (forwarder/publish.go):
+// no other page the user has open can read it or hand it the cookies of
+// the user's other local apps.
 
 // publishedPort is one --publish.
 type publishedPort struct {
@@ -34,11 +38,41 @@ const firstInnerPort = 61000
 // inner is the i-th published port's inner port.
 func innerPort(i int) uint16 { return uint16(firstInnerPort + i) }
 
-// publishedURL is how the session's start names a published port.
-func (p publishedPort) url() string { return fmt.Sprintf("http://127.0.0.1:%d", p.host) }
+// authority is the name and port a browser opens a published port by:
+// NAME.localhost, which browsers resolve to loopback and keep apart
+// from 127.0.0.1 (cookies, storage, service workers).
+func (p publishedPort) authority(name string) string {
+	return fmt.Sprintf("%s.localhost:%d", name, p.host)
+}
+
+// url is how the session's start names a published port.
+func (p publishedPort) url(name string) string { return "http://" + p.authority(name) }
 
 // String is the port as ps shows it.
 func (p publishedPort) String() string { return fmt.Sprintf("127.0.0.1:%d->%d", p.host, p.sandbox) }
+
+// publishedName is the session's name under .localhost: the launch dir's
+// base name as a DNS label, so that a project keeps its URL (and its
+// cookies) from one session to the next.
+func publishedName(launchDir string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(filepath.Base(launchDir)) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	name := strings.Trim(b.String(), "-")
+	if len(name) > 40 {
+		name = strings.Trim(name[:40], "-")
+	}
+	if name == "" {
+		return "sandbox"
+	}
+	return name
+}
 
 // parsePublishedPort reads --publish's value: PORT, or HOST_PORT:PORT.
 func parsePublishedPort(v string) (publishedPort, error) {
@@ -60,6 +94,11 @@ func parsePublishedPort(v string) (publishedPort, error) {
 	p := publishedPort{host: ports[0], sandbox: ports[0]}
 	if len(ports) == 2 {
 		p.sandbox = ports[1]
+	}
+	// The forwarder's own listeners in the pod: the router's TLS on 443,
+	// and the inner ports, which would relay into each other.
+	if p.sandbox == 443 || (p.sandbox >= firstInnerPort && p.sandbox < firstInnerPort+maxPublished) {
+		return bad(fmt.Sprintf("port %d in the sandbox is the forwarder's own (443 and %d-%d are)", p.sandbox, firstInnerPort, firstInnerPort+maxPublished-1))
 	}
 	return p, nil
 }
@@ -94,11 +133,12 @@ func checkPublished(ports []publishedPort, listen func(addr string) (net.Listene
 func podAddress(routerIP netip.Addr) netip.Addr { return routerIP.Next() }
 
 // publishedForwards are the forwarder's pairs for ports: the pod's
-// address at each inner port, to the server on loopback.
-func publishedForwards(ports []publishedPort, pod netip.Addr) []string {
+// address at each inner port, to the server on loopback, with the name a
+// browser must use.
+func publishedForwards(ports []publishedPort, pod netip.Addr, name string) []string {
 	var pairs []string
 	for i, p := range ports {
-		pairs = append(pairs, fmt.Sprintf("%s:%d=127.0.0.1:%d/publish", pod, innerPort(i), p.sandbox))
+		pairs = append(pairs, fmt.Sprintf("%s:%d=127.0.0.1:%d/publish=%s", pod, innerPort(i), p.sandbox, p.authority(name)))
 	}
 	return pairs
 }

@@ -28,6 +28,8 @@ func TestParsePublishedPort(t *testing.T) {
 		"127.0.0.1:8000": `"127.0.0.1" is not a port`,
 		"8000:":          `"" is not a port`,
 		"8000/udp":       `"8000/udp" is not a port`,
+		"8443:443":       "port 443 in the sandbox is the forwarder's own",
+		"9000:61005":     "port 61005 in the sandbox is the forwarder's own",
 	} {
 		if _, err := parsePublishedPort(in); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--publish "+in+":") {
 			t.Errorf("%q: %v, want %q", in, err, want)
@@ -100,7 +102,7 @@ func TestPublishedPortsInThePodAndTheForwarder(t *testing.T) {
 		}
 	}
 	forwards := readFile(t, cfg.tmp+"/forwards")
-	for _, want := range []string{"10.89.7.3:61000=127.0.0.1:8000/publish", "10.89.7.3:61001=127.0.0.1:8001/publish"} {
+	for _, want := range []string{"10.89.7.3:61000=127.0.0.1:8000/publish=project.localhost:8080", "10.89.7.3:61001=127.0.0.1:8001/publish=project.localhost:8001"} {
 		if !strings.Contains(forwards, want) {
 			t.Errorf("forwards lack %q:\n%s", want, forwards)
 		}
@@ -124,4 +126,13 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func TestPublishedName(t *testing.T) {
+	for in, want := range map[string]string{"/src/my-project": "my-project", "/src/My Project.v2": "my-project-v2", "/": "sandbox", "/src/日本": "sandbox",
+		"/src/" + strings.Repeat("a", 50): strings.Repeat("a", 40), "/src/-x-": "x"} {
+		if got := publishedName(in); got != want {
+			t.Errorf("publishedName(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -331,6 +331,9 @@ func (s *session) start(ctx context.Context, runtimeDir string) error {
 // the user wait for the prompt (the report then covers the flood's end).
 const routerReportLines = 20000
 
+// routerStartLine is routerd's first line (router-image/routerd/main.go).
+const routerStartLine = "routerd: starting"
+
 // collectTimeout bounds the collection of dead sessions' objects.
 const collectTimeout = 30 * time.Second
 
@@ -429,7 +432,7 @@ func (s *session) writeRouterFiles(routerIP netip.Addr) error {
 	if err != nil {
 		return refused(err)
 	}
-	files.published = publishedForwards(s.cfg.published, podAddress(routerIP))
+	files.published = publishedForwards(s.cfg.published, podAddress(routerIP), publishedName(s.cfg.launchDir))
 	s.files = files
 	return refused(files.apply(s.cfg.entries))
 }
@@ -550,7 +553,7 @@ func (s *session) run(ctx context.Context) error {
 		say(s.out, "%s", l)
 	}
 	for _, p := range s.cfg.published {
-		say(s.out, "published: %s reaches port %d in the sandbox", p.url(), p.sandbox)
+		say(s.out, "published: %s reaches port %d in the sandbox (a browser must use this name; scripts may use 127.0.0.1:%d)", p.url(publishedName(s.cfg.launchDir)), p.sandbox, p.host)
 	}
 	if l := agentHostsLine(s.cfg.agent, s.cfg.agentHosts, s.cfg.listed); l != "" {
 		say(s.out, "%s", l)
@@ -703,10 +706,11 @@ func (s *session) endAgent(ctx context.Context) bool {
 	left := make(chan []string, 1)
 	go func() { left <- s.cfg.project.leftForHost() }()
 	routerLog := s.eng.ContainerLogs(ctx, s.names.router, routerReportLines)
-	if strings.Count(routerLog, "\n")+1 >= routerReportLines {
-		// A flood (of blocked lookups, say) must not hide what came
+	if !strings.Contains(routerLog, routerStartLine) {
+		// Cut: longer than the tail read, or started over by conmon past
+		// its size. A flood (of lookups, say) must not hide what came
 		// before it without a word.
-		say(s.out, "the router's log is longer than the %d lines this report reads: what follows covers the session's end only (the agent may have flooded it)", routerReportLines)
+		say(s.out, "the router's log does not reach back to its start (longer than %d lines, or past its size): what follows covers the session's end only (the agent may have flooded it)", routerReportLines)
 	}
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
@@ -787,7 +791,7 @@ func (cfg *sessionConfig) pickAgent(set settings, la launchArgs) error {
 	if err != nil {
 		return err
 	}
-	if cfg.agentHosts, err = a.hosts(api); err != nil {
+	if cfg.agentHosts, err = a.hosts(api, hasKey(set, la.env, a.provider, api)); err != nil {
 		return err
 	}
 	cfg.listed = cfg.entries
@@ -809,7 +813,7 @@ func (cfg sessionConfig) agentImages(set settings) []sessionImage {
 // refuses the session; note says which defaults cannot, for the session
 // to say once.
 func sessionLimits(m machine, la launchArgs) (l limits.Limits, h limits.Host, note string, err error) {
-	l = limits.Defaults(m.memTotal, m.cpus)
+	l = limits.Defaults(m.memTotal, m.cpus, m.userTasks)
 	if la.asked.Pids {
 		l.Pids = la.limits.Pids
 	}

@@ -95,12 +95,15 @@ func newSettings(getenv func(string) (string, bool)) settings {
 type machine struct {
 	memTotal int64
 	cpus     int
-	limits   limits.Host
+	// userTasks is the user's own tasks limit (0: none), which the
+	// agent's tasks count against too.
+	userTasks uint64
+	limits    limits.Host
 }
 
 func probeMachine() machine {
 	mem, _ := limits.MemTotal()
-	return machine{memTotal: mem, cpus: runtime.NumCPU(), limits: limits.Probe(os.Getuid())}
+	return machine{memTotal: mem, cpus: runtime.NumCPU(), userTasks: limits.UserTasks(), limits: limits.Probe(os.Getuid())}
 }
 
 // secretsDir is where `agent-sandbox secret` keeps credentials.

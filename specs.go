@@ -54,6 +54,10 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
 		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir}
+	// A file podman bounds (containerLogMax), whatever the host's default
+	// driver: journald would drop lines of a burst instead, and the exit
+	// report reads this log.
+	r.LogConfiguration.Driver = "k8s-file"
 	// Fixed and small, where the host can enforce them. No RLIMIT_NPROC:
 	// the router's root shares its count with every rootless container
 	// of the user that has no user namespace of its own.
@@ -173,13 +177,14 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 		c.Rlimits = nil
 	}
 	// Where no memory limit holds, the kernel's OOM killer takes the
-	// agent before the user's own programs.
+	// agent before the user's own programs: a hint only, which the agent
+	// can take back to 0 (it starts there as the user's processes do), and
+	// which counts no memory the agent holds in a tmpfs of its own.
 	c.OOMScoreAdj = ptr(agentOOMScoreAdj)
 	return c
 }
 
-// agentOOMScoreAdj raises the agent's OOM score: an unprivileged process
-// may raise its own, never lower it.
+// agentOOMScoreAdj raises the agent's OOM score.
 const agentOOMScoreAdj = 500
 
 // newSpec mirrors the `podman run` defaults that the API leaves to clients.

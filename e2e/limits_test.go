@@ -21,6 +21,46 @@ import (
 func TestLimits(t *testing.T) {
 	runSecRows(t, secRow{51, "a fork bomb in the agent (nested user namespaces included) is stopped by its tasks limit; the host can still start processes", rowForkBomb})
 	row(t, "limits: visible in podman inspect; where memory and CPU cannot be enforced the session says so once and --memory, --cpus refuse", rowLimitsShown)
+	row(t, "a flood of lookups past the router log's size (or the lines the report reads) is said in the exit report, not hidden", rowLogFlood)
+}
+
+// dnsFlood sends N lookups of NAME to the pod's resolver, 128 at a time.
+const dnsFlood = `import socket, struct, sys
+name, n = sys.argv[1], int(sys.argv[2])
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+def q(qid):
+    b = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect((ns, 53)); s.settimeout(0.5)
+sent = 0
+while sent < n:
+    for i in range(128):
+        s.send(q((sent + i) & 0xffff))
+    sent += 128
+    for i in range(128):
+        try: s.recv(512)
+        except socket.timeout: break
+print("flooded", sent)
+`
+
+func rowLogFlood(t *testing.T) {
+	nonce := newNonce(t)
+	// A blocked name first, then a flood of an allowed one: the blocked
+	// name is cut from the log, and the report must say it is partial.
+	script := "getent hosts blocked-" + nonce + ".test; cat > flood.py <<'EOF'\n" + dnsFlood + "EOF\npython3 flood.py allowed.test 50000"
+	r := runSession(t, sessionOpts{Cmd: []string{"sh", "-c", script}})
+	wantCode(t, r, 0)
+	const cut = "the router's log does not reach back to its start"
+	if !strings.Contains(r.Stderr, cut) {
+		t.Errorf("after a flood the exit report does not say it is partial:\n%s", indent(r.Stderr))
+	}
+	// Opened path: the same blocked name without the flood is reported,
+	// and nothing is said to be cut.
+	o := runSession(t, sessionOpts{Cmd: []string{"sh", "-c", "getent hosts blocked-" + nonce + ".test; true"}})
+	wantCode(t, o, 0)
+	if strings.Contains(o.Stderr, cut) || !strings.Contains(o.Stderr, "blocked-"+nonce+".test") {
+		t.Errorf("without a flood: the report is said to be cut, or lacks the blocked name:\n%s", indent(o.Stderr))
+	}
 }
 
 // forkBomb forks up to 200 children that sleep, then reports how many it

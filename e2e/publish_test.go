@@ -23,7 +23,7 @@ import (
 // from the host's loopback, and from nowhere else.
 
 func TestPublish(t *testing.T) {
-	runSecRows(t, secRow{52, "a published port is reached from the host's 127.0.0.1 only: not on its other addresses, not from another session; the agent reaches nothing out through it; a taken port refuses the session", rowPublish})
+	runSecRows(t, secRow{52, "a published port is reached from the host's 127.0.0.1 only: not on its other addresses, not from another session, not by another site's page in the user's browser; the agent reaches nothing out through it; a taken port refuses the session", rowPublish})
 }
 
 // freePort is a port nothing on the host's loopback listens on now.
@@ -111,7 +111,10 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 		a.wait()
 		t.Fatal("the session with published ports did not start")
 	}
-	if want := fmt.Sprintf("published: http://127.0.0.1:%d reaches port 8000 in the sandbox", hp1); !strings.Contains(a.Stderr(), want) {
+	// The session's name under .localhost: the launch dir's base name.
+	own1 := fmt.Sprintf("%s.localhost:%d", strings.ToLower(filepath.Base(a.Dir)), hp1)
+	own2 := fmt.Sprintf("%s.localhost:%d", strings.ToLower(filepath.Base(a.Dir)), hp2)
+	if want := fmt.Sprintf("published: http://%s reaches port 8000 in the sandbox", own1); !strings.Contains(a.Stderr(), want) {
 		t.Errorf("the start did not print the URL %q:\n%s", want, indent(a.Stderr()))
 	}
 	access := func() string {
@@ -121,18 +124,55 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 	}
 
 	// The host's loopback reaches both servers (the one bound to
-	// 127.0.0.1 included).
+	// 127.0.0.1 included), by the session's name as a browser would, and
+	// as 127.0.0.1 as a script would.
 	client := &http.Client{Timeout: 5 * time.Second}
-	for _, c := range []struct{ port, path string }{{strconv.Itoa(hp1), "/in8000-" + nonce}, {strconv.Itoa(hp2), "/in8001-" + nonce}} {
-		resp, err := client.Get("http://127.0.0.1:" + c.port + c.path)
+	get := func(port int, path string, header map[string]string) (int, string) {
+		req, err := http.NewRequest("GET", "http://127.0.0.1:"+strconv.Itoa(port)+path, nil)
 		if err != nil {
-			t.Errorf("the host could not reach 127.0.0.1:%s: %v", c.port, err)
-			continue
+			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 404 && resp.StatusCode != 200 {
-			t.Errorf("127.0.0.1:%s%s: status %d", c.port, c.path, resp.StatusCode)
+		for k, v := range header {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("the host could not reach 127.0.0.1:%d%s: %v", port, path, err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	served := func(code int) bool { return code == 200 || code == 404 }
+	for _, c := range []struct {
+		port   int
+		path   string
+		header map[string]string
+	}{
+		{hp1, "/in8000-" + nonce, map[string]string{"Host": own1, "Origin": "http://" + own1, "Sec-Fetch-Site": "same-origin"}},
+		{hp2, "/in8001-" + nonce, map[string]string{"Host": own2, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "none"}},
+		{hp1, "/script-" + nonce, nil},
+	} {
+		if code, _ := get(c.port, c.path, c.header); !served(code) {
+			t.Errorf("%d%s: status %d, want the server's answer", c.port, c.path, code)
+		}
+	}
+	// What a page of another site in the user's browser would send: a
+	// CORS read, a rebound name, the session's server as 127.0.0.1 (whose
+	// cookies are the user's other local apps'). Each refused (403) by the
+	// forwarder before the server sees it.
+	for name, header := range map[string]map[string]string{
+		"cors":     {"Host": own1, "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+		"rebind":   {"Host": "rebind.evil.example:" + strconv.Itoa(hp1)},
+		"loopback": {"Sec-Fetch-Mode": "navigate", "Cookie": "other-app=" + nonce},
+	} {
+		if code, body := get(hp1, "/"+name+"-"+nonce, header); code != 403 || !strings.Contains(body, "agent-sandbox: refused") {
+			t.Errorf("%s: status %d %q, want the forwarder's 403", name, code, body)
 		}
 	}
 	// Not on the host's other address: refused there, and never arrives.
@@ -165,13 +205,13 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 		}
 	}
 	log := access()
-	for _, p := range []string{"slirp-host", "pasta-host", "host-address", "b-loopback", "b-slirp", "b-hostaddr", "b-pod-inner", "b-pod-8001"} {
+	for _, p := range []string{"slirp-host", "pasta-host", "host-address", "b-loopback", "b-slirp", "b-hostaddr", "b-pod-inner", "b-pod-8001", "cors", "rebind", "loopback"} {
 		if strings.Contains(log, p+"-"+nonce) {
 			t.Errorf("LEAK: %s's request reached a server inside the first session", p)
 		}
 	}
 	// Opened path: the host's own requests on 127.0.0.1 are seen there.
-	for _, p := range []string{"/in8000-" + nonce, "/in8001-" + nonce} {
+	for _, p := range []string{"/in8000-" + nonce, "/in8001-" + nonce, "/script-" + nonce} {
 		if !strings.Contains(log, p) {
 			t.Errorf("the host's request %s is not in the servers' logs:\n%s", p, log)
 		}
@@ -198,8 +238,8 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 		t.Errorf("a refused --publish created objects:\nbefore %v\nafter %v", before, after)
 	}
 	if !t.Failed() {
-		ev.add("servers on 127.0.0.1:8000 and 0.0.0.0:8001 inside reached at 127.0.0.1:%d and :%d on the host (the requests' nonces in their logs: opened path); %s:%d refused; the agent's tries at the host through 10.0.2.2, 169.254.1.2 and %s: ENETUNREACH; a second session: its own loopback ECONNREFUSED, the host and the first pod (%s:61000, :8001) ENETUNREACH; none of their nonces in the logs; a taken port refused, nothing created",
-			hp1, hp2, hostIP, hp1, hostIP, podA)
+		ev.add("servers on 127.0.0.1:8000 and 0.0.0.0:8001 inside reached at 127.0.0.1:%d and :%d on the host as %s (a browser's same-origin and navigation requests) and as 127.0.0.1 (a script's), the requests' nonces in their logs (opened path); a CORS read from another site, a rebound name and a browser's request to 127.0.0.1 refused (403) and never arrived; %s:%d refused; the agent's tries at the host through 10.0.2.2, 169.254.1.2 and %s: ENETUNREACH; a second session: its own loopback ECONNREFUSED, the host and the first pod (%s:61000, :8001) ENETUNREACH; none of their nonces in the logs; a taken port refused, nothing created",
+			hp1, hp2, own1, hostIP, hp1, hostIP, podA)
 	}
 }
 

@@ -34,15 +34,18 @@ type forward struct {
 	tls bool
 	// published says the pair takes connections from the host (a port
 	// published with --publish) on the pod's own address and relays them
-	// to a server inside, on loopback.
-	published bool
+	// to a server inside, on loopback; publishedAs is the name and port
+	// a browser must use (see screenPublished).
+	published   bool
+	publishedAs publishedHost
 }
 
 // tlsOption marks a pair that carries TLS: LISTEN=TARGET/tls.
 const tlsOption = "/tls"
 
-// publishOption marks a published port's pair: POD_IP:PORT=127.0.0.1:PORT/publish.
-const publishOption = "/publish"
+// publishOption marks a published port's pair:
+// POD_IP:PORT=127.0.0.1:PORT/publish=NAME.localhost:HOST_PORT.
+const publishOption = "/publish="
 
 // describe is how a pair's destination is logged.
 func (f forward) describe() string {
@@ -136,8 +139,8 @@ func parseForward(pair string) (forward, error) {
 	if !ok {
 		return forward{}, errors.New("missing '=' (want LISTEN_IP:PORT=TARGET_IP:PORT, optionally followed by /tls)")
 	}
-	if target, ok := strings.CutSuffix(target, publishOption); ok {
-		return parsePublished(listen, target)
+	if target, as, ok := strings.Cut(target, publishOption); ok {
+		return parsePublished(listen, target, as)
 	}
 	target, tls := strings.CutSuffix(target, tlsOption)
 	if path, ok := strings.CutPrefix(target, "unix:"); ok {
@@ -167,7 +170,14 @@ func parseForward(pair string) (forward, error) {
 // parsePublished reads a published port's pair: it listens on the pod's
 // own address, where the host's connections arrive, and relays only to
 // the pod's loopback, the server inside. It opens no way out.
-func parsePublished(listen, target string) (forward, error) {
+func parsePublished(listen, target, as string) (forward, error) {
+	name, port, ok := strings.Cut(as, ":")
+	if !ok || !strings.HasSuffix(name, ".localhost") || strings.ContainsAny(name, "/:@ ") {
+		return forward{}, fmt.Errorf("published name %q is not NAME.localhost:PORT", as)
+	}
+	if _, err := parsePort(port); err != nil {
+		return forward{}, fmt.Errorf("published name %q has a bad port", as)
+	}
 	l, err := parseAddrPort("listen", listen)
 	if err != nil {
 		return forward{}, err
@@ -182,7 +192,7 @@ func parsePublished(listen, target string) (forward, error) {
 	if !t.Addr().IsLoopback() {
 		return forward{}, fmt.Errorf("published target %s is not loopback: a published port reaches only a server in the sandbox", t)
 	}
-	return forward{listen: l, target: t, published: true}, nil
+	return forward{listen: l, target: t, published: true, publishedAs: publishedHost(as)}, nil
 }
 
 // parseListen reads a pair's listen address, which must be in the pod's
@@ -347,6 +357,13 @@ func relay(l *listener, client *net.TCPConn) {
 		}
 	}
 	defer func() { hello.release() }()
+	var head []byte // a published port's first request, screened
+	if l.published {
+		var ok bool
+		if head, ok = screenPublished(ctx, l, client); !ok {
+			return
+		}
+	}
 	// No keepalive probes: both ends of this hop are on this machine, and
 	// each probe setting costs a syscall per connection.
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
@@ -363,6 +380,13 @@ func relay(l *listener, client *net.TCPConn) {
 		return
 	}
 	upstream := c.(relayConn)
+	if len(head) > 0 {
+		if _, err := upstream.Write(head); err != nil {
+			_ = upstream.Close()
+			reset(client)
+			return
+		}
+	}
 	closeBoth := func() {
 		_ = client.Close()
 		_ = upstream.Close()

@@ -53,8 +53,8 @@ func TestParseForwards(t *testing.T) {
 			{listen: ap("127.0.0.2:443"), socket: "/run/x.sock"},
 		}},
 		// A published port: the pod's own address, to loopback.
-		{"10.89.7.3:61000=127.0.0.1:8000/publish 127.0.0.1:443=10.89.0.2:443", []forward{
-			{listen: ap("10.89.7.3:61000"), target: ap("127.0.0.1:8000"), published: true},
+		{"10.89.7.3:61000=127.0.0.1:8000/publish=proj.localhost:18000 127.0.0.1:443=10.89.0.2:443", []forward{
+			{listen: ap("10.89.7.3:61000"), target: ap("127.0.0.1:8000"), published: true, publishedAs: "proj.localhost:18000"},
 			{listen: ap("127.0.0.1:443"), target: ap("10.89.0.2:443")},
 		}},
 		// The same target behind two listen addresses is fine.
@@ -116,11 +116,14 @@ func TestParseForwards(t *testing.T) {
 		{"10.0.0.1:443=unix:/run/tls.sock", []string{"not loopback"}},
 		// A published port never relays out of the pod, and listens only
 		// on the pod's address.
-		{"10.89.7.3:61000=10.89.7.2:53/publish", []string{"published target 10.89.7.2:53 is not loopback"}},
-		{"127.0.0.1:61000=127.0.0.1:8000/publish", []string{"not the pod's own address"}},
-		{"0.0.0.0:61000=127.0.0.1:8000/publish", []string{"not the pod's own address"}},
-		{"10.89.7.3:61000=unix:/run/tls.sock/publish", []string{"bad target"}},
-		{"10.89.7.3:61000=127.0.0.1:8000/tls/publish", []string{"bad target"}},
+		{"10.89.7.3:61000=10.89.7.2:53/publish=p.localhost:1", []string{"published target 10.89.7.2:53 is not loopback"}},
+		{"127.0.0.1:61000=127.0.0.1:8000/publish=p.localhost:1", []string{"not the pod's own address"}},
+		{"0.0.0.0:61000=127.0.0.1:8000/publish=p.localhost:1", []string{"not the pod's own address"}},
+		{"10.89.7.3:61000=unix:/run/tls.sock/publish=p.localhost:1", []string{"bad target"}},
+		{"10.89.7.3:61000=127.0.0.1:8000/tls/publish=p.localhost:1", []string{"bad target"}},
+		{"10.89.7.3:61000=127.0.0.1:8000/publish=evil.test:1", []string{"not NAME.localhost:PORT"}},
+		{"10.89.7.3:61000=127.0.0.1:8000/publish=p.localhost", []string{"not NAME.localhost:PORT"}},
+		{"10.89.7.3:61000=127.0.0.1:8000/publish", []string{"unknown option"}},
 	}
 	for _, tc := range bad {
 		got, err := parseForwards(tc.in)
@@ -568,7 +571,11 @@ func TestMainSignal(t *testing.T) {
 }
 
 func TestPublishedRelaysToTheServerInsideOnLoopbackOrItsOwnAddress(t *testing.T) {
-	srv := startUpstream(t, func(c *net.TCPConn) { _, _ = c.Write([]byte("inside")) })
+	srv := startUpstream(t, func(c *net.TCPConn) {
+		head := make([]byte, 200)
+		n, _ := c.Read(head)
+		_, _ = c.Write([]byte("inside:" + strings.Split(string(head[:n]), "\r\n")[0]))
+	})
 	port := addrOf(srv).Port()
 	for name, target := range map[string]netip.AddrPort{
 		"loopback": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
@@ -576,14 +583,15 @@ func TestPublishedRelaysToTheServerInsideOnLoopbackOrItsOwnAddress(t *testing.T)
 		// address (here 127.0.0.1, as the pod's address in a session).
 		"own address": netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port),
 	} {
-		ls, err := listenAll([]forward{{listen: ap("127.0.0.1:0"), target: target, published: true}})
+		ls, err := listenAll([]forward{{listen: ap("127.0.0.1:0"), target: target, published: true, publishedAs: "proj.localhost:18000"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		serveInBackground(t, ls, nil, io.Discard)
 		c := dial(t, ls[0].ln.Addr().String())
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if got, err := io.ReadAll(c); err != nil || string(got) != "inside" {
+		_, _ = c.Write([]byte("GET /x HTTP/1.1\r\nHost: proj.localhost:18000\r\n\r\n"))
+		if got, err := io.ReadAll(c); err != nil || string(got) != "inside:GET /x HTTP/1.1" {
 			t.Errorf("%s: got %q, %v", name, got, err)
 		}
 	}

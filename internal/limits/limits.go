@@ -51,13 +51,29 @@ const (
 )
 
 // Defaults are the agent's limits on a machine with memTotal bytes of
-// memory and cpus CPUs: 4096 tasks, half the memory, all CPUs but one.
-func Defaults(memTotal int64, cpus int) Limits {
+// memory and cpus CPUs, for a user whose own tasks limit (RLIMIT_NPROC's
+// soft value; 0 for none) is userTasks: 4096 tasks, half the memory, all
+// CPUs but one. The kernel counts the agent's tasks as the user's too, so
+// the agent gets at most half the user's own limit: a fork bomb inside
+// leaves the user's shell and desktop the other half.
+func Defaults(memTotal int64, cpus int, userTasks uint64) Limits {
 	l := Limits{Pids: DefaultPids, Memory: memTotal / 2, CPUs: float64(cpus - 1)}
 	if cpus <= 1 {
 		l.CPUs = float64(cpus)
 	}
+	if userTasks > 0 && userTasks/2 < uint64(l.Pids) {
+		l.Pids = max(minPids, int64(userTasks/2))
+	}
 	return l
+}
+
+// UserTasks is this process's soft RLIMIT_NPROC, 0 when unlimited.
+func UserTasks() uint64 {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &r) != nil || r.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return r.Cur
 }
 
 // Helper limits: the router and the forwarder are small and fixed, so a

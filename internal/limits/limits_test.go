@@ -9,17 +9,21 @@ import (
 
 func TestDefaults(t *testing.T) {
 	for _, c := range []struct {
-		mem  int64
-		cpus int
-		want Limits
+		mem   int64
+		cpus  int
+		tasks uint64
+		want  Limits
 	}{
-		{24 << 30, 2, Limits{Pids: 4096, Memory: 12 << 30, CPUs: 1}},
-		{8 << 30, 8, Limits{Pids: 4096, Memory: 4 << 30, CPUs: 7}},
+		{24 << 30, 2, 0, Limits{Pids: 4096, Memory: 12 << 30, CPUs: 1}},
+		{8 << 30, 8, 95000, Limits{Pids: 4096, Memory: 4 << 30, CPUs: 7}},
 		// One CPU: the agent gets it, not none.
-		{2 << 30, 1, Limits{Pids: 4096, Memory: 1 << 30, CPUs: 1}},
+		{2 << 30, 1, 0, Limits{Pids: 4096, Memory: 1 << 30, CPUs: 1}},
+		// A user limited to 4096 tasks (RHEL's default): half for the agent.
+		{8 << 30, 4, 4096, Limits{Pids: 2048, Memory: 4 << 30, CPUs: 3}},
+		{8 << 30, 4, 10, Limits{Pids: 32, Memory: 4 << 30, CPUs: 3}},
 	} {
-		if got := Defaults(c.mem, c.cpus); got != c.want {
-			t.Errorf("Defaults(%d, %d) = %+v, want %+v", c.mem, c.cpus, got, c.want)
+		if got := Defaults(c.mem, c.cpus, c.tasks); got != c.want {
+			t.Errorf("Defaults(%d, %d, %d) = %+v, want %+v", c.mem, c.cpus, c.tasks, got, c.want)
 		}
 	}
 }

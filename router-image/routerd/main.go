@@ -66,7 +66,12 @@ type config struct {
 	ready []readyTarget
 }
 
+// startLine is routerd's first line: the launcher's exit report, which
+// reads the log's tail, knows the log is whole when it sees this line.
+const startLine = "routerd: starting"
+
 func main() {
+	fmt.Fprintln(os.Stderr, startLine)
 	if os.Getenv("GOMAXPROCS") == "" {
 		// A second P only adds threads that wake each other for work
 		// this small, and on the two-vCPU guests this runs on each

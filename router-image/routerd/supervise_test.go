@@ -436,7 +436,7 @@ func TestMainBadEnv(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Errorf("exit %v, want status 2", err)
 	}
-	if !strings.HasPrefix(string(out), `routerd: bad UPSTREAM_ALLOW entry "10.0.0.1"`) {
+	if !strings.HasPrefix(string(out), startLine+"\n"+`routerd: bad UPSTREAM_ALLOW entry "10.0.0.1"`) {
 		t.Errorf("output %q", out)
 	}
 }
