@@ -123,6 +123,13 @@ func checkPublished(ports []publishedPort, listen func(addr string) (net.Listene
 			return fmt.Errorf("--publish %d:%d: port %d on this host is taken: another program listens on it (ss -ltnp 'sport = :%d' says which)", p.host, p.sandbox, p.host, p.host)
 		}
 		ln.Close()
+		// Browsers try NAME.localhost at ::1 first: a program there would
+		// get the requests meant for the sandbox. (No IPv6: nothing there.)
+		if ln, err := listen(fmt.Sprintf("[::1]:%d", p.host)); errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("--publish %d:%d: port %d on this host's [::1] is taken: browsers would reach that program instead (ss -ltnp 'sport = :%d' says which)", p.host, p.sandbox, p.host, p.host)
+		} else if err == nil {
+			ln.Close()
+		}
 	}
 	return nil
 }

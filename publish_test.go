@@ -54,11 +54,15 @@ func TestCheckPublished(t *testing.T) {
 			return nil, &net.OpError{Op: "listen", Err: syscall.EADDRINUSE}
 		case "127.0.0.1:80":
 			return nil, &net.OpError{Op: "listen", Err: syscall.EACCES}
+		case "[::1]:8002":
+			return nil, &net.OpError{Op: "listen", Err: syscall.EADDRINUSE}
+		case "[::1]:9000":
+			return nil, &net.OpError{Op: "listen", Err: syscall.EADDRNOTAVAIL}
 		}
 		return fakeListener{}, nil
 	}
-	if err := checkPublished([]publishedPort{{8001, 8001}, {9000, 90}}, listen); err != nil || !slices.Equal(tried, []string{"127.0.0.1:8001", "127.0.0.1:9000"}) {
-		t.Errorf("free ports: %v, tried %v (want only 127.0.0.1)", err, tried)
+	if err := checkPublished([]publishedPort{{8001, 8001}, {9000, 90}}, listen); err != nil || !slices.Equal(tried, []string{"127.0.0.1:8001", "[::1]:8001", "127.0.0.1:9000", "[::1]:9000"}) {
+		t.Errorf("free ports: %v, tried %v (want loopback's two)", err, tried)
 	}
 	for _, c := range []struct {
 		ports []publishedPort
@@ -67,6 +71,7 @@ func TestCheckPublished(t *testing.T) {
 		{[]publishedPort{{8000, 3000}}, "--publish 8000:3000: port 8000 on this host is taken: another program listens on it (ss -ltnp 'sport = :8000' says which)"},
 		{[]publishedPort{{80, 80}}, "port 80 on this host is privileged (below 1024); pick another, as in --publish 8080:80"},
 		{[]publishedPort{{8001, 1}, {8001, 2}}, "host port 8001 is given twice"},
+		{[]publishedPort{{8002, 1}}, "port 8002 on this host's [::1] is taken"},
 	} {
 		if err := checkPublished(c.ports, listen); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.ports, err, c.want)

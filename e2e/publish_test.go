@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -93,7 +94,7 @@ func rowPublish(t *testing.T, ev *evidence) {
 	// to reach out through the published path: the host's loopback as
 	// slirp4netns and pasta show it, and the host's own address, at the
 	// host port.
-	script := fmt.Sprintf(`python3 -m http.server 8000 --bind 127.0.0.1 2>>access-8000.log >/dev/null &
+	script := fmt.Sprintf(`python3 -m http.server 8000 --protocol HTTP/1.1 --bind 127.0.0.1 2>>access-8000.log >/dev/null &
 python3 -m http.server 8001 2>>access-8001.log >/dev/null &
 for i in $(seq 100); do python3 -c 'import socket; [socket.create_connection(("127.0.0.1", p), 1).close() for p in (8000, 8001)]' 2>/dev/null && break; sleep 0.1; done
 cat > probe.py <<'EOF'
@@ -168,12 +169,35 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 	// forwarder before the server sees it.
 	for name, header := range map[string]map[string]string{
 		"cors":     {"Host": own1, "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
+		"nocors":   {"Host": own1, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"},
 		"rebind":   {"Host": "rebind.evil.example:" + strconv.Itoa(hp1)},
 		"loopback": {"Sec-Fetch-Mode": "navigate", "Cookie": "other-app=" + nonce},
 	} {
 		if code, body := get(hp1, "/"+name+"-"+nonce, header); code != 403 || !strings.Contains(body, "agent-sandbox: refused") {
 			t.Errorf("%s: status %d %q, want the forwarder's 403", name, code, body)
 		}
+	}
+	// A connection the page's own request opened, then reused for another
+	// site's read: the second request never arrives, the connection ends.
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(hp1), 3*time.Second); err != nil {
+		t.Errorf("dial the published port: %v", err)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		fmt.Fprintf(c, "GET /own-%s HTTP/1.1\r\nHost: %s\r\nSec-Fetch-Site: same-origin\r\n\r\n", nonce, own1)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Errorf("the page's own request on a kept-alive connection: %v", err)
+		} else {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			// The server (HTTP/1.1) keeps the connection; the page reuses it.
+			fmt.Fprintf(c, "GET /reuse-%s HTTP/1.1\r\nHost: %s\r\nOrigin: https://evil.example\r\nSec-Fetch-Site: cross-site\r\n\r\n", nonce, own1)
+			if rest, _ := io.ReadAll(br); len(rest) != 0 {
+				t.Errorf("another site's request on the page's connection was answered: %q", rest)
+			}
+		}
+		c.Close()
 	}
 	// Not on the host's other address: refused there, and never arrives.
 	_, err := net.DialTimeout("tcp", net.JoinHostPort(hostIP, strconv.Itoa(hp1)), 3*time.Second)
@@ -205,13 +229,13 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 		}
 	}
 	log := access()
-	for _, p := range []string{"slirp-host", "pasta-host", "host-address", "b-loopback", "b-slirp", "b-hostaddr", "b-pod-inner", "b-pod-8001", "cors", "rebind", "loopback"} {
+	for _, p := range []string{"slirp-host", "pasta-host", "host-address", "b-loopback", "b-slirp", "b-hostaddr", "b-pod-inner", "b-pod-8001", "cors", "nocors", "rebind", "loopback", "reuse"} {
 		if strings.Contains(log, p+"-"+nonce) {
 			t.Errorf("LEAK: %s's request reached a server inside the first session", p)
 		}
 	}
 	// Opened path: the host's own requests on 127.0.0.1 are seen there.
-	for _, p := range []string{"/in8000-" + nonce, "/in8001-" + nonce, "/script-" + nonce} {
+	for _, p := range []string{"/in8000-" + nonce, "/in8001-" + nonce, "/script-" + nonce, "/own-" + nonce} {
 		if !strings.Contains(log, p) {
 			t.Errorf("the host's request %s is not in the servers' logs:\n%s", p, log)
 		}
@@ -238,7 +262,7 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 		t.Errorf("a refused --publish created objects:\nbefore %v\nafter %v", before, after)
 	}
 	if !t.Failed() {
-		ev.add("servers on 127.0.0.1:8000 and 0.0.0.0:8001 inside reached at 127.0.0.1:%d and :%d on the host as %s (a browser's same-origin and navigation requests) and as 127.0.0.1 (a script's), the requests' nonces in their logs (opened path); a CORS read from another site, a rebound name and a browser's request to 127.0.0.1 refused (403) and never arrived; %s:%d refused; the agent's tries at the host through 10.0.2.2, 169.254.1.2 and %s: ENETUNREACH; a second session: its own loopback ECONNREFUSED, the host and the first pod (%s:61000, :8001) ENETUNREACH; none of their nonces in the logs; a taken port refused, nothing created",
+		ev.add("servers on 127.0.0.1:8000 and 0.0.0.0:8001 inside reached at 127.0.0.1:%d and :%d on the host as %s (a browser's same-origin and navigation requests) and as 127.0.0.1 (a script's), the requests' nonces in their logs (opened path); a CORS read and a no-cors load from another site, a rebound name and a browser's request to 127.0.0.1 refused (403) and never arrived; another site's request on a connection the session's own page opened never arrived; %s:%d refused; the agent's tries at the host through 10.0.2.2, 169.254.1.2 and %s: ENETUNREACH; a second session: its own loopback ECONNREFUSED, the host and the first pod (%s:61000, :8001) ENETUNREACH; none of their nonces in the logs; a taken port refused, nothing created",
 			hp1, hp2, own1, hostIP, hp1, hostIP, podA)
 	}
 }

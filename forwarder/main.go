@@ -347,6 +347,10 @@ func acceptLoop(l *listener, wg *sync.WaitGroup) {
 // the client sends after one that passes is watched for a later
 // ClientHello (see watchClient) before it is spliced.
 func relay(l *listener, client *net.TCPConn) {
+	if l.published {
+		relayPublished(l, client)
+		return
+	}
 	ctx := l.ctx
 	var hello *helloBuf
 	watching := false // a ClientHello passed: watch what follows it
@@ -357,22 +361,11 @@ func relay(l *listener, client *net.TCPConn) {
 		}
 	}
 	defer func() { hello.release() }()
-	var head []byte // a published port's first request, screened
-	if l.published {
-		var ok bool
-		if head, ok = screenPublished(ctx, l, client); !ok {
-			return
-		}
-	}
 	// No keepalive probes: both ends of this hop are on this machine, and
 	// each probe setting costs a syscall per connection.
 	d := net.Dialer{Timeout: dialTimeout, KeepAlive: -1}
 	network, addr := l.dialTarget()
 	c, err := d.DialContext(ctx, network, addr)
-	if err != nil && l.published && errors.Is(err, syscall.ECONNREFUSED) {
-		// A server inside that listens on the pod's address alone.
-		c, err = d.DialContext(ctx, network, netip.AddrPortFrom(l.listen.Addr(), l.target.Port()).String())
-	}
 	if err != nil {
 		// A reset tells the client the connection failed, not that the
 		// server had nothing to say.
@@ -380,13 +373,6 @@ func relay(l *listener, client *net.TCPConn) {
 		return
 	}
 	upstream := c.(relayConn)
-	if len(head) > 0 {
-		if _, err := upstream.Write(head); err != nil {
-			_ = upstream.Close()
-			reset(client)
-			return
-		}
-	}
 	closeBoth := func() {
 		_ = client.Close()
 		_ = upstream.Close()
