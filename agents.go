@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -136,4 +137,51 @@ func agentHostsLine(a agentPreset, hosts, listed []entry) string {
 		return ""
 	}
 	return fmt.Sprintf("agent %s: allowed for this session, not written to your allowlist: %s", a.name, strings.Join(names, ", "))
+}
+
+// pickAgent sets the agent's preset, image, command and hosts: --agent's,
+// else AGENT_SANDBOX_AGENT's, else Claude Code.
+func (cfg *sessionConfig) pickAgent(set settings, la launchArgs) error {
+	name, from := la.agent, "--agent"
+	if name == "" {
+		name, from = set.agent, "AGENT_SANDBOX_AGENT"
+	}
+	if name == "" {
+		name = defaultAgent
+	}
+	a, err := lookupAgent(name, from)
+	if err != nil {
+		return err
+	}
+	cfg.agent, cfg.image = a, set.image
+	if !la.exec {
+		// The agent's own command, with the arguments given.
+		cfg.cmd = append(slices.Clone(a.command), la.cmd[1:]...)
+	}
+	if a.recipe == "" {
+		return nil
+	}
+	if dflt, _ := defaultImageNames(); set.image != dflt {
+		return fmt.Errorf("%s %s runs its own image, built on agent-sandbox's, but AGENT_SANDBOX_IMAGE names %s: unset one of them", from, a.name, set.image)
+	}
+	cfg.image = a.imageName()
+	api, err := apiHosts(set.apiHosts)
+	if err != nil {
+		return err
+	}
+	if cfg.agentHosts, err = a.hosts(api, hasKey(set, la.env, a.provider, api)); err != nil {
+		return err
+	}
+	cfg.listed = cfg.entries
+	cfg.entries = withAgentHosts(cfg.entries, cfg.agentHosts)
+	return nil
+}
+
+// agentImages are the images the session needs beyond the two: its
+// agent's, if that has one of its own.
+func (cfg sessionConfig) agentImages(set settings) []sessionImage {
+	if cfg.agent.recipe == "" {
+		return nil
+	}
+	return []sessionImage{cfg.agent.image(set.image)}
 }

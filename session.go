@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -342,8 +341,8 @@ const collectTimeout = 30 * time.Second
 func (s *session) collectDeadSessions(ctx context.Context, labelled []labelledObject, runtimeDir string) {
 	// Not the session's own context: once the exit code is handed back, a
 	// signal (a user's kill of the keeper, say) must not cut the
-	// collection short, and the teardown waits for it anyway. Before that, a signal ends it as it
-	// ends the session.
+	// collection short, and the teardown waits for it anyway. Before
+	// that, a signal ends it as it ends the session.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), collectTimeout)
 	stop := context.AfterFunc(ctx, func() {
 		if !s.set.keeper.Returned() {
@@ -759,53 +758,6 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	}
 	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	return cfg, nil
-}
-
-// pickAgent sets the agent's preset, image, command and hosts: --agent's,
-// else AGENT_SANDBOX_AGENT's, else Claude Code.
-func (cfg *sessionConfig) pickAgent(set settings, la launchArgs) error {
-	name, from := la.agent, "--agent"
-	if name == "" {
-		name, from = set.agent, "AGENT_SANDBOX_AGENT"
-	}
-	if name == "" {
-		name = defaultAgent
-	}
-	a, err := lookupAgent(name, from)
-	if err != nil {
-		return err
-	}
-	cfg.agent, cfg.image = a, set.image
-	if !la.exec {
-		// The agent's own command, with the arguments given.
-		cfg.cmd = append(slices.Clone(a.command), la.cmd[1:]...)
-	}
-	if a.recipe == "" {
-		return nil
-	}
-	if dflt, _ := defaultImageNames(); set.image != dflt {
-		return fmt.Errorf("%s %s runs its own image, built on agent-sandbox's, but AGENT_SANDBOX_IMAGE names %s: unset one of them", from, a.name, set.image)
-	}
-	cfg.image = a.imageName()
-	api, err := apiHosts(set.apiHosts)
-	if err != nil {
-		return err
-	}
-	if cfg.agentHosts, err = a.hosts(api, hasKey(set, la.env, a.provider, api)); err != nil {
-		return err
-	}
-	cfg.listed = cfg.entries
-	cfg.entries = withAgentHosts(cfg.entries, cfg.agentHosts)
-	return nil
-}
-
-// agentImages are the images the session needs beyond the two: its
-// agent's, if that has one of its own.
-func (cfg sessionConfig) agentImages(set settings) []sessionImage {
-	if cfg.agent.recipe == "" {
-		return nil
-	}
-	return []sessionImage{cfg.agent.image(set.image)}
 }
 
 // sessionLimits are the agent's limits: the defaults for this machine with
