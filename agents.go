@@ -91,12 +91,7 @@ func (a agentPreset) hosts(api map[*apiProvider]string, keyed bool) ([]entry, er
 // with --env. A stored key that cannot be read counts: the session's
 // credential check refuses it later, with its fix.
 func hasKey(set settings, passed map[string]string, provider *apiProvider, api map[*apiProvider]string) bool {
-	var kinds []*credKind
-	for _, k := range credKinds {
-		if k.provider == provider {
-			kinds = append(kinds, k)
-		}
-	}
+	kinds := providerKinds(provider)
 	if handedIn(provider, kinds, passed) {
 		return true
 	}
@@ -104,14 +99,14 @@ func hasKey(set settings, passed map[string]string, provider *apiProvider, api m
 	return c != nil || err != nil
 }
 
-// withAgentHosts is entries plus those of hosts not already in it: the
-// list a session with an agent preset runs with, after every edit too.
-func withAgentHosts(entries, hosts []entry) []entry {
-	out := append([]entry(nil), entries...)
+// notIn are the hosts that entries does not list (by host and port),
+// each once.
+func notIn(entries, hosts []entry) []entry {
 	have := map[entry]bool{}
 	for _, e := range entries {
 		have[e.key()] = true
 	}
+	var out []entry
 	for _, h := range hosts {
 		if !have[h.key()] {
 			have[h.key()] = true
@@ -121,17 +116,17 @@ func withAgentHosts(entries, hosts []entry) []entry {
 	return out
 }
 
+// withAgentHosts is entries plus those of hosts not already in it: the
+// list a session with an agent preset runs with, after every edit too.
+func withAgentHosts(entries, hosts []entry) []entry {
+	return append(slices.Clone(entries), notIn(entries, hosts)...)
+}
+
 // agentHostsLine says which hosts the agent's preset added to listed.
 func agentHostsLine(a agentPreset, hosts, listed []entry) string {
-	have := map[entry]bool{}
-	for _, e := range listed {
-		have[e.key()] = true
-	}
 	var names []string
-	for _, h := range hosts {
-		if !have[h.key()] {
-			names = append(names, h.line())
-		}
+	for _, h := range notIn(listed, hosts) {
+		names = append(names, h.line())
 	}
 	if len(names) == 0 {
 		return ""

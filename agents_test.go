@@ -134,3 +134,18 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 		t.Errorf("the agent runs %s", c.Image)
 	}
 }
+
+func TestAgentHostsLineNamesOnlyWhatThePresetAdded(t *testing.T) {
+	a, _ := lookupAgent("codex", "--agent")
+	hosts := []entry{{Host: "api.openai.com", Port: 443}, {Host: "chatgpt.com", Port: 443}, {Host: "chatgpt.com", Port: 443}}
+	listed := []entry{{Host: "api.openai.com", Port: 443, Passthrough: true}}
+	if got := agentHostsLine(a, hosts, listed); got != "agent codex: allowed for this session, not written to your allowlist: chatgpt.com" {
+		t.Errorf("line %q", got)
+	}
+	if got := agentHostsLine(a, hosts[:1], listed); got != "" {
+		t.Errorf("nothing added, but said %q", got)
+	}
+	if got := withAgentHosts(listed, hosts); len(got) != 2 || !got[0].Passthrough {
+		t.Errorf("merged %+v: want the listed entry as it is, and chatgpt.com once", got)
+	}
+}

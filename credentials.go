@@ -337,6 +337,18 @@ func checkCredentialValue(what, v string) error {
 	return nil
 }
 
+// providerKinds are the credential kinds of p's API, in credKinds' order
+// (which says which is preferred).
+func providerKinds(p *apiProvider) []*credKind {
+	var kinds []*credKind
+	for _, k := range credKinds {
+		if k.provider == p {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
 // apiHosts reads AGENT_SANDBOX_API_HOSTS, "anthropic=HOST,openai=HOST,...",
 // which names other hosts for the APIs (the tests' *.test names).
 func apiHosts(spec string) (map[*apiProvider]string, error) {
@@ -374,12 +386,7 @@ func apiHosts(spec string) (map[*apiProvider]string, error) {
 // the agent that key, and gets a warning for it.
 func resolveCredentials(getenv func(string) (string, bool), passed map[string]string, secrets string, hosts map[*apiProvider]string) (creds []credential, warnings []string, err error) {
 	for _, p := range apiProviders {
-		var kinds []*credKind
-		for _, k := range credKinds {
-			if k.provider == p {
-				kinds = append(kinds, k)
-			}
-		}
+		kinds := providerKinds(p)
 		handed := handedIn(p, kinds, passed)
 		for _, k := range kinds {
 			for _, name := range append([]string{k.env}, k.altEnv...) {
@@ -425,12 +432,7 @@ func handedIn(p *apiProvider, kinds []*credKind, passed map[string]string) bool 
 func handedHosts(passed map[string]string, hosts map[*apiProvider]string) []string {
 	var out []string
 	for _, p := range apiProviders {
-		var kinds []*credKind
-		for _, k := range credKinds {
-			if k.provider == p {
-				kinds = append(kinds, k)
-			}
-		}
+		kinds := providerKinds(p)
 		switch {
 		case !handedIn(p, kinds, passed):
 		case p == githubGit:
