@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"io/fs"
 	"path"
 	"slices"
@@ -71,19 +72,19 @@ func (a agentPreset) image(sandbox string) sessionImage {
 // signs in, are for a session without one. Where AGENT_SANDBOX_API_HOSTS
 // points the API elsewhere (a proxy, the tests' fake), that host stands in
 // for the whole list: the sign-in hosts belong to the real API.
-func (a agentPreset) hosts(api map[*apiProvider]string, keyed bool) ([]entry, error) {
+func (a agentPreset) hosts(api map[*apiProvider]string, keyed bool) ([]allowlist.Entry, error) {
 	if a.recipe == "" {
 		return nil, nil
 	}
 	if h, ok := api[a.provider]; ok && (h != a.provider.host || keyed) {
-		return []entry{{Host: h, Port: tlsPort}}, nil
+		return []allowlist.Entry{{Host: h, Port: allowlist.TLSPort}}, nil
 	}
 	name := path.Join("recipes", a.recipe, "allowed-hosts")
 	b, err := fs.ReadFile(imageContexts, name)
 	if err != nil {
 		return nil, fmt.Errorf("this agent-sandbox lacks %s: rebuild it with make build", name)
 	}
-	return parseAllowlistFrom(bytes.NewReader(b), name)
+	return allowlist.Parse(bytes.NewReader(b), name)
 }
 
 // hasKey says whether the session has a key for provider's API: in the
@@ -101,15 +102,15 @@ func hasKey(set settings, passed map[string]string, provider *apiProvider, api m
 
 // notIn are the hosts that entries does not list (by host and port),
 // each once.
-func notIn(entries, hosts []entry) []entry {
-	have := map[entry]bool{}
+func notIn(entries, hosts []allowlist.Entry) []allowlist.Entry {
+	have := map[allowlist.Entry]bool{}
 	for _, e := range entries {
-		have[e.key()] = true
+		have[e.Key()] = true
 	}
-	var out []entry
+	var out []allowlist.Entry
 	for _, h := range hosts {
-		if !have[h.key()] {
-			have[h.key()] = true
+		if !have[h.Key()] {
+			have[h.Key()] = true
 			out = append(out, h)
 		}
 	}
@@ -118,15 +119,15 @@ func notIn(entries, hosts []entry) []entry {
 
 // withAgentHosts is entries plus those of hosts not already in it: the
 // list a session with an agent preset runs with, after every edit too.
-func withAgentHosts(entries, hosts []entry) []entry {
+func withAgentHosts(entries, hosts []allowlist.Entry) []allowlist.Entry {
 	return append(slices.Clone(entries), notIn(entries, hosts)...)
 }
 
 // agentHostsLine says which hosts the agent's preset added to listed.
-func agentHostsLine(a agentPreset, hosts, listed []entry) string {
+func agentHostsLine(a agentPreset, hosts, listed []allowlist.Entry) string {
 	var names []string
 	for _, h := range notIn(listed, hosts) {
-		names = append(names, h.line())
+		names = append(names, h.Line())
 	}
 	if len(names) == 0 {
 		return ""

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,7 @@ func pickFor(t *testing.T, env map[string]string, args ...string) (sessionConfig
 		t.Fatal(err)
 	}
 	set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	cfg := sessionConfig{cmd: la.cmd, entries: []entry{{Host: "api.openai.com", Port: 443}, {Host: "example.com", Port: 443}}}
+	cfg := sessionConfig{cmd: la.cmd, entries: []allowlist.Entry{{Host: "api.openai.com", Port: 443}, {Host: "example.com", Port: 443}}}
 	err = cfg.pickAgent(set, la)
 	return cfg, err
 }
@@ -137,8 +138,8 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 
 func TestAgentHostsLineNamesOnlyWhatThePresetAdded(t *testing.T) {
 	a, _ := lookupAgent("codex", "--agent")
-	hosts := []entry{{Host: "api.openai.com", Port: 443}, {Host: "chatgpt.com", Port: 443}, {Host: "chatgpt.com", Port: 443}}
-	listed := []entry{{Host: "api.openai.com", Port: 443, Passthrough: true}}
+	hosts := []allowlist.Entry{{Host: "api.openai.com", Port: 443}, {Host: "chatgpt.com", Port: 443}, {Host: "chatgpt.com", Port: 443}}
+	listed := []allowlist.Entry{{Host: "api.openai.com", Port: 443, Passthrough: true}}
 	if got := agentHostsLine(a, hosts, listed); got != "agent codex: allowed for this session, not written to your allowlist: chatgpt.com" {
 		t.Errorf("line %q", got)
 	}

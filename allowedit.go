@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/spf13/cobra"
 )
 
@@ -51,11 +52,11 @@ as raw TCP, unread as well: it carries any key the agent brings.`,
 			if passthrough {
 				marked := make([]string, len(args))
 				for i, a := range args {
-					marked[i] = a + " " + passthroughMark
+					marked[i] = a + " " + allowlist.PassthroughMark
 				}
 				args = marked
 			}
-			return editCommand(set, cmd.ErrOrStderr(), "allow", args, func(content []byte, entries []entry) ([]byte, []string) {
+			return editCommand(set, cmd.ErrOrStderr(), "allow", args, func(content []byte, entries []allowlist.Entry) ([]byte, []string) {
 				return allowLines(content, entries, time.Now().Format(time.DateOnly))
 			})
 		},
@@ -100,7 +101,7 @@ sorted, duplicates merged, comments dropped. The file's path goes to stderr.`,
 			}
 			say(cmd.ErrOrStderr(), "%s: %s", set.allowlist, countEntries(len(entries)))
 			for _, e := range entries {
-				fmt.Fprintln(cmd.OutOrStdout(), e.line())
+				fmt.Fprintln(cmd.OutOrStdout(), e.Line())
 			}
 			return nil
 		},
@@ -134,14 +135,14 @@ func editCommand(set settings, errOut io.Writer, name string, args []string, edi
 		// The moment of adding a risky host is when the warning helps;
 		// the arguments parsed inside editAllowlist already.
 		entries, _ := parseHostArgs(args)
-		for _, w := range lintAllowlist(entries) {
+		for _, w := range allowlist.Lint(entries) {
 			say(errOut, "%s", w)
 		}
 		for _, e := range entries {
 			switch {
 			case e.Passthrough:
 				say(errOut, "%s passes unread: the router cannot remove a key the agent brings there, so the agent can act on it in anyone's name", e)
-			case e.Port != tlsPort:
+			case e.Port != allowlist.TLSPort:
 				say(errOut, "%s is relayed unread, as raw TCP: it carries any key or credential the agent brings (someone else's ssh key pushes anywhere through github.com:22); a host without a port is HTTPS, which the router inspects", e)
 			}
 		}
@@ -150,17 +151,17 @@ func editCommand(set settings, errOut io.Writer, name string, args []string, edi
 }
 
 // editFunc turns the allowlist's bytes into new bytes and says what changed.
-type editFunc func(content []byte, entries []entry) ([]byte, []string)
+type editFunc func(content []byte, entries []allowlist.Entry) ([]byte, []string)
 
 // parseHostArgs checks every argument before anything is written, and
 // reports all the bad ones at once.
-func parseHostArgs(args []string) ([]entry, error) {
+func parseHostArgs(args []string) ([]allowlist.Entry, error) {
 	var (
-		entries []entry
+		entries []allowlist.Entry
 		errs    []string
 	)
 	for _, a := range args {
-		e, err := parseEntry(a)
+		e, err := allowlist.ParseEntry(a)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%q: %v", a, err))
 			continue
@@ -197,7 +198,7 @@ func editAllowlist(path string, errOut io.Writer, args []string, edit editFunc) 
 	if err != nil {
 		return nil, fmt.Errorf("cannot read allowlist: %w", err)
 	}
-	if _, err := parseAllowlistFrom(bytes.NewReader(content), path); err != nil {
+	if _, err := allowlist.Parse(bytes.NewReader(content), path); err != nil {
 		return nil, fmt.Errorf("refusing to edit the allowlist until it parses:\n%w", err)
 	}
 	out, msgs := edit(content, entries)
@@ -268,8 +269,8 @@ func splitRawLines(content []byte) []rawLine {
 
 // lineEntry is the entry on a line, read the way parseAllowlistFrom reads
 // it; ok is false for blank, comment-only and bad lines.
-func lineEntry(text []byte) (entry, bool) {
-	e, s, err := parseLine(string(text))
+func lineEntry(text []byte) (allowlist.Entry, bool) {
+	e, s, err := allowlist.ParseLine(string(text))
 	return e, s != "" && err == nil
 }
 
@@ -288,16 +289,16 @@ const allowCommentColumn = 30
 
 // allowLines appends the entries that content does not have yet, each
 // with a comment dated date, and says for each entry what it did.
-func allowLines(content []byte, entries []entry, date string) ([]byte, []string) {
+func allowLines(content []byte, entries []allowlist.Entry, date string) ([]byte, []string) {
 	lines := splitRawLines(content)
-	have := map[entry]entry{}
+	have := map[allowlist.Entry]allowlist.Entry{}
 	for _, l := range lines {
 		if e, ok := lineEntry(l.text); ok {
 			// A host on two lines is passed through if either says so.
-			if prev, ok := have[e.key()]; ok {
+			if prev, ok := have[e.Key()]; ok {
 				e.Passthrough = e.Passthrough || prev.Passthrough
 			}
-			have[e.key()] = e
+			have[e.Key()] = e
 		}
 	}
 	nl := fileNewline(lines)
@@ -308,19 +309,19 @@ func allowLines(content []byte, entries []entry, date string) ([]byte, []string)
 	var msgs []string
 	added := false
 	for _, e := range entries {
-		prev, ok := have[e.key()]
+		prev, ok := have[e.Key()]
 		switch {
 		case ok && prev.Passthrough == e.Passthrough:
-			msgs = append(msgs, e.line()+" was already allowed")
+			msgs = append(msgs, e.Line()+" was already allowed")
 			continue
 		case ok && prev.Passthrough:
 			// The passthrough line would still win over a new one.
 			msgs = append(msgs, fmt.Sprintf("%s is allowed as passthrough; to have it inspected, run: agent-sandbox deny %s, then agent-sandbox allow %s", e, e, e))
 			continue
 		}
-		have[e.key()], added = e, true
-		out = fmt.Appendf(out, "%-*s # added by agent-sandbox allow on %s%s", allowCommentColumn-2, e.line(), date, nl)
-		msgs = append(msgs, "allowed "+e.line())
+		have[e.Key()], added = e, true
+		out = fmt.Appendf(out, "%-*s # added by agent-sandbox allow on %s%s", allowCommentColumn-2, e.Line(), date, nl)
+		msgs = append(msgs, "allowed "+e.Line())
 	}
 	if !added {
 		// Nothing new: leave even a missing final newline alone.
@@ -331,20 +332,20 @@ func allowLines(content []byte, entries []entry, date string) ([]byte, []string)
 
 // denyLines drops every line whose entry is one of entries; every other
 // byte of content stays as it was.
-func denyLines(content []byte, entries []entry) ([]byte, []string) {
-	drop := map[entry]bool{}
+func denyLines(content []byte, entries []allowlist.Entry) ([]byte, []string) {
+	drop := map[allowlist.Entry]bool{}
 	for _, e := range entries {
-		drop[e.key()] = true
+		drop[e.Key()] = true
 	}
-	removed := map[entry]bool{}
+	removed := map[allowlist.Entry]bool{}
 	var (
 		out  []byte
-		kept []entry
+		kept []allowlist.Entry
 	)
 	for _, l := range splitRawLines(content) {
 		e, ok := lineEntry(l.text)
-		if ok && drop[e.key()] {
-			removed[e.key()] = true
+		if ok && drop[e.Key()] {
+			removed[e.Key()] = true
 			continue
 		}
 		if ok {
@@ -354,9 +355,9 @@ func denyLines(content []byte, entries []entry) ([]byte, []string) {
 		out = append(out, l.eol...)
 	}
 	var msgs []string
-	done := map[entry]bool{}
+	done := map[allowlist.Entry]bool{}
 	for _, e := range entries {
-		if e = e.key(); done[e] {
+		if e = e.Key(); done[e] {
 			continue
 		}
 		done[e] = true
@@ -378,14 +379,14 @@ func denyLines(content []byte, entries []entry) ([]byte, []string) {
 
 // coveringWildcard finds a wildcard in list that admits e: the router
 // matches *.domain against any name under domain, on port 443.
-func coveringWildcard(e entry, list []entry) (entry, bool) {
-	if e.Port != tlsPort {
-		return entry{}, false
+func coveringWildcard(e allowlist.Entry, list []allowlist.Entry) (allowlist.Entry, bool) {
+	if e.Port != allowlist.TLSPort {
+		return allowlist.Entry{}, false
 	}
 	for _, w := range list {
-		if w.Wildcard && w.key() != e.key() && w.admits(e.Host) {
+		if w.Wildcard && w.Key() != e.Key() && w.Admits(e.Host) {
 			return w, true
 		}
 	}
-	return entry{}, false
+	return allowlist.Entry{}, false
 }

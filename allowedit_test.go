@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/spf13/cobra"
 )
 
 const testDate = "2026-11-30"
 
-func mustEntries(t *testing.T, args ...string) []entry {
+func mustEntries(t *testing.T, args ...string) []allowlist.Entry {
 	t.Helper()
 	es, err := parseHostArgs(args)
 	if err != nil {
@@ -116,7 +117,7 @@ func TestAllowLines(t *testing.T) {
 				t.Errorf("msgs = %q, want %q", msgs, tc.msgs)
 			}
 			// Whatever allow writes must parse and hold every argument.
-			parsed, err := parseAllowlistFrom(bytes.NewReader(got), "out")
+			parsed, err := allowlist.Parse(bytes.NewReader(got), "out")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +130,7 @@ func TestAllowLines(t *testing.T) {
 	}
 }
 
-func containsEntry(list []entry, e entry) bool {
+func containsEntry(list []allowlist.Entry, e allowlist.Entry) bool {
 	for _, x := range list {
 		if x == e {
 			return true
@@ -245,8 +246,8 @@ func TestDenyThenAllowRoundTrips(t *testing.T) {
 		t.Fatalf("deny removed more or less than the crates.io line")
 	}
 	out, _ = allowLines(out, mustEntries(t, "crates.io"), testDate)
-	a, err1 := parseAllowlistFrom(bytes.NewReader(in), "in")
-	b, err2 := parseAllowlistFrom(bytes.NewReader(out), "out")
+	a, err1 := allowlist.Parse(bytes.NewReader(in), "in")
+	b, err2 := allowlist.Parse(bytes.NewReader(out), "out")
 	if err1 != nil || err2 != nil || len(a) != len(b) {
 		t.Fatalf("entries before %d, after %d (%v, %v)", len(a), len(b), err1, err2)
 	}
@@ -283,7 +284,7 @@ func writeTestFile(t *testing.T, path, content string, mode os.FileMode) {
 }
 
 func allowEdit(date string) editFunc {
-	return func(c []byte, e []entry) ([]byte, []string) { return allowLines(c, e, date) }
+	return func(c []byte, e []allowlist.Entry) ([]byte, []string) { return allowLines(c, e, date) }
 }
 
 func TestAllowEditsFileInPlaceAndKeepsMode(t *testing.T) {
@@ -402,7 +403,7 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("hosts exit %d", code)
 	}
-	want, _ := parseAllowlistFrom(bytes.NewReader(seeded), "seeded")
+	want, _ := allowlist.Parse(bytes.NewReader(seeded), "seeded")
 	var lines []string
 	for _, e := range want {
 		if e.Host != "crates.io" && e.Host != "extra.example.com" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"regexp"
 	"sort"
 	"strings"
@@ -28,7 +29,7 @@ var (
 // blockedHosts reads the router's log for names the agent was refused,
 // most refused first. Names the allowlist does name (refused for another
 // reason, such as an upstream address in a private range) are left out.
-func blockedHosts(routerLog string, entries []entry) (hosts []blockedHost, unprintable int) {
+func blockedHosts(routerLog string, entries []allowlist.Entry) (hosts []blockedHost, unprintable int) {
 	byName := map[string]*blockedHost{}
 	get := func(name string) *blockedHost {
 		name = strings.TrimSuffix(strings.ToLower(name), ".")
@@ -51,7 +52,7 @@ func blockedHosts(routerLog string, entries []entry) (hosts []blockedHost, unpri
 		switch {
 		case !printableHost.MatchString(name):
 			unprintable++
-		case !allowlisted(name, entries):
+		case !allowlist.Allows(name, entries):
 			hosts = append(hosts, *h)
 		}
 	}

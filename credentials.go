@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"os"
@@ -214,10 +215,10 @@ func (s sessionCredentials) plan() credPlan {
 
 // active is the routes whose host the allowlist admits now: only those
 // get a proxy, so that `deny` cuts it as it cuts any other host.
-func (p credPlan) active(entries []entry) []credRoute {
+func (p credPlan) active(entries []allowlist.Entry) []credRoute {
 	var out []credRoute
 	for _, r := range p.routes {
-		if allowlisted(r.host, entries) {
+		if allowlist.Allows(r.host, entries) {
 			out = append(out, r)
 		}
 	}
@@ -227,7 +228,7 @@ func (p credPlan) active(entries []entry) []credRoute {
 // withHanded marks the allowlist's entries for the handed hosts
 // passthrough; a handed host that only a wildcard admits gets an exact
 // passthrough entry of its own.
-func (p credPlan) withHanded(entries []entry) []entry {
+func (p credPlan) withHanded(entries []allowlist.Entry) []allowlist.Entry {
 	if len(p.handed) == 0 {
 		return entries
 	}
@@ -235,12 +236,12 @@ func (p credPlan) withHanded(entries []entry) []entry {
 	for _, h := range p.handed {
 		exact := false
 		for i, e := range out {
-			if !e.Wildcard && e.Port == tlsPort && e.Host == h {
+			if !e.Wildcard && e.Port == allowlist.TLSPort && e.Host == h {
 				out[i].Passthrough, exact = true, true
 			}
 		}
-		if !exact && allowlisted(h, out) {
-			out = append(out, entry{Host: h, Port: tlsPort, Passthrough: true})
+		if !exact && allowlist.Allows(h, out) {
+			out = append(out, allowlist.Entry{Host: h, Port: allowlist.TLSPort, Passthrough: true})
 		}
 	}
 	return out
@@ -248,7 +249,7 @@ func (p credPlan) withHanded(entries []entry) []entry {
 
 // unreadHosts says at start which hosts the router passes unread, where a
 // key the agent brings works, and why; "" when there is none.
-func unreadHosts(s sessionCredentials, entries []entry) string {
+func unreadHosts(s sessionCredentials, entries []allowlist.Entry) string {
 	var hosts []string
 	for _, e := range entries {
 		if e.Passthrough {
@@ -256,7 +257,7 @@ func unreadHosts(s sessionCredentials, entries []entry) string {
 		}
 	}
 	for _, h := range s.handed {
-		if allowlisted(h, entries) {
+		if allowlist.Allows(h, entries) {
 			hosts = append(hosts, h+" (its key is passed in with --env)")
 		}
 	}
@@ -270,7 +271,7 @@ func unreadHosts(s sessionCredentials, entries []entry) string {
 // inspects without a credential of the user's for it: a login kept in the
 // home volume is then a credential of the agent's, which the router
 // removes. "" when that is not so.
-func loginWarning(s sessionCredentials, entries []entry, cmd []string) string {
+func loginWarning(s sessionCredentials, entries []allowlist.Entry, cmd []string) string {
 	if len(cmd) == 0 || filepath.Base(cmd[0]) != "claude" || slices.Contains(s.handed, anthropicAPI.host) {
 		return ""
 	}
@@ -280,7 +281,7 @@ func loginWarning(s sessionCredentials, entries []entry, cmd []string) string {
 		}
 	}
 	for _, e := range entries {
-		if e.admits(anthropicAPI.host) && !e.Passthrough {
+		if e.Admits(anthropicAPI.host) && !e.Passthrough {
 			return "the router removes the credentials the agent holds on " + anthropicAPI.host + ", so a Claude login kept in the home volume does not reach the API: " +
 				"give the router yours (run `claude setup-token` on this machine, then `agent-sandbox secret set anthropic-oauth`), " +
 				"or pass the host unread with `agent-sandbox allow --passthrough " + anthropicAPI.host + "` (then any key the agent brings works there)"
@@ -370,8 +371,8 @@ func apiHosts(spec string) (map[*apiProvider]string, error) {
 		if !ok || p == nil {
 			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not PROVIDER=HOST with PROVIDER one of %s", f, strings.Join(ids, ", "))
 		}
-		e, err := parseEntry(strings.TrimSpace(host))
-		if err != nil || e.Wildcard || e.Port != tlsPort {
+		e, err := allowlist.ParseEntry(strings.TrimSpace(host))
+		if err != nil || e.Wildcard || e.Port != allowlist.TLSPort {
 			return nil, fmt.Errorf("AGENT_SANDBOX_API_HOSTS: %q is not a host name", host)
 		}
 		hosts[p] = e.Host
@@ -611,7 +612,7 @@ func writePrivate(path, body string) error {
 // added credentials for and how often, from the router's log; and how many
 // direct TLS connections to those hosts it closed. Empty when nothing was
 // injected.
-func credentialSummary(routerLog string, creds []credential, entries []entry) string {
+func credentialSummary(routerLog string, creds []credential, entries []allowlist.Entry) string {
 	if len(creds) == 0 {
 		return ""
 	}
@@ -627,7 +628,7 @@ func credentialSummary(routerLog string, creds []credential, entries []entry) st
 	for _, c := range creds {
 		for i, host := range append([]string{c.host}, c.also...) {
 			// GitHub's other hosts are listed only when used.
-			if requests[host] == 0 && (i > 0 || !allowlisted(host, entries)) {
+			if requests[host] == 0 && (i > 0 || !allowlist.Allows(host, entries)) {
 				continue
 			}
 			line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", host, c.source, plural(requests[host], "request"))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -243,7 +244,7 @@ func TestSessionInjectsCredentials(t *testing.T) {
 		`10.89.7.3 port=443 sni="api.anthropic.com" upstream="-" status=200 sent=0 received=0`,
 	}, "\n")}
 	cfg := testConfig(t)
-	cfg.entries = append(cfg.entries, entry{Host: "api.anthropic.com", Port: 443})
+	cfg.entries = append(cfg.entries, allowlist.Entry{Host: "api.anthropic.com", Port: 443})
 	launcherCredentials(t, &cfg, []string{"--exec", "true"}, map[string]string{"ANTHROPIC_API_KEY": key})
 	code, stderr := runSession(context.Background(), eng, cfg)
 	if code != 0 {
@@ -320,7 +321,7 @@ func TestSessionEnvPassesCredentialIn(t *testing.T) {
 	const key = "sk-ant-api03-PASSED"
 	eng := newFakeEngine()
 	cfg := testConfig(t)
-	cfg.entries = append(cfg.entries, entry{Host: "api.anthropic.com", Port: 443})
+	cfg.entries = append(cfg.entries, allowlist.Entry{Host: "api.anthropic.com", Port: 443})
 	launcherCredentials(t, &cfg, []string{"--env", "ANTHROPIC_API_KEY", "--exec", "true"}, map[string]string{"ANTHROPIC_API_KEY": key})
 	if len(cfg.cred.creds) != 0 || cfg.cred.dir != "" {
 		t.Fatalf("injected although passed with --env: %v", describe(cfg.cred.creds))
@@ -350,10 +351,10 @@ func TestCredentialSummaryQuiet(t *testing.T) {
 		t.Errorf("no credentials: %q", s)
 	}
 	// A credential for a host the allowlist does not name was never used.
-	if s := credentialSummary("", creds, []entry{{Host: "github.com", Port: 443}}); s != "" {
+	if s := credentialSummary("", creds, []allowlist.Entry{{Host: "github.com", Port: 443}}); s != "" {
 		t.Errorf("unused credential: %q", s)
 	}
-	if s := credentialSummary("", creds, []entry{{Host: "api.openai.com", Port: 443}}); !strings.Contains(s, "api.openai.com  OPENAI_API_KEY from your environment, 0 requests\n") {
+	if s := credentialSummary("", creds, []allowlist.Entry{{Host: "api.openai.com", Port: 443}}); !strings.Contains(s, "api.openai.com  OPENAI_API_KEY from your environment, 0 requests\n") {
 		t.Errorf("allowed, unused: %q", s)
 	}
 }
@@ -399,19 +400,19 @@ func TestAPIGateSummaryListsRefusalsWithTheirRule(t *testing.T) {
 }
 
 func TestLoginWarning(t *testing.T) {
-	api := []entry{{Host: "api.anthropic.com", Port: 443}}
+	api := []allowlist.Entry{{Host: "api.anthropic.com", Port: 443}}
 	key := []credential{{kind: credKindBySecret("anthropic-oauth"), host: "api.anthropic.com"}}
 	for _, tc := range []struct {
 		name    string
 		s       sessionCredentials
-		entries []entry
+		entries []allowlist.Entry
 		cmd     []string
 		warn    bool
 	}{
 		{"claude, inspected, no credential", sessionCredentials{}, api, []string{"claude"}, true},
-		{"under a wildcard", sessionCredentials{}, []entry{{Host: "anthropic.com", Wildcard: true, Port: 443}}, []string{"claude", "-p", "x"}, true},
+		{"under a wildcard", sessionCredentials{}, []allowlist.Entry{{Host: "anthropic.com", Wildcard: true, Port: 443}}, []string{"claude", "-p", "x"}, true},
 		{"the user's token", sessionCredentials{creds: key}, api, []string{"claude"}, false},
-		{"passthrough", sessionCredentials{}, []entry{{Host: "api.anthropic.com", Port: 443, Passthrough: true}}, []string{"claude"}, false},
+		{"passthrough", sessionCredentials{}, []allowlist.Entry{{Host: "api.anthropic.com", Port: 443, Passthrough: true}}, []string{"claude"}, false},
 		{"handed in with --env", sessionCredentials{handed: []string{"api.anthropic.com"}}, api, []string{"claude"}, false},
 		{"not allowed", sessionCredentials{}, nil, []string{"claude"}, false},
 		{"--exec", sessionCredentials{}, api, []string{"bash"}, false},
@@ -423,7 +424,7 @@ func TestLoginWarning(t *testing.T) {
 }
 
 func TestUnreadHosts(t *testing.T) {
-	entries := []entry{{Host: "a.example", Port: 443}, {Host: "b.example", Port: 443, Passthrough: true}, {Host: "api.anthropic.com", Port: 443}}
+	entries := []allowlist.Entry{{Host: "a.example", Port: 443}, {Host: "b.example", Port: 443, Passthrough: true}, {Host: "api.anthropic.com", Port: 443}}
 	if got := unreadHosts(sessionCredentials{handed: []string{"api.anthropic.com", "api.openai.com"}}, entries); got != "passed unread, where a key the agent brings works: b.example (passthrough), api.anthropic.com (its key is passed in with --env)" {
 		t.Errorf("unreadHosts = %q", got)
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/blang/semver/v4"
@@ -444,7 +445,7 @@ func checkAllowlist(env doctorEnv) checkResult {
 	if err != nil {
 		return checkFailed(what, fmt.Sprintf("cannot read %s: %v", path, err), "chmod u+rw "+path)
 	}
-	entries, err := parseAllowlistFrom(bytes.NewReader(b), path)
+	entries, err := allowlist.Parse(bytes.NewReader(b), path)
 	if err != nil {
 		problem := err.Error()
 		// parseAllowlistFrom ends with its own hint; the fix line says it.

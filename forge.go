@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
@@ -96,8 +97,8 @@ func forgeSetupFor(set settings, hosts map[*apiProvider]string, creds []credenti
 // may publish to, comma-separated.
 func parsePublish(v string) ([]string, error) {
 	list, err := parseList("AGENT_SANDBOX_PUBLISH", v, "a host name", "registry.npmjs.org,crates.io", func(f string) (string, error) {
-		e, err := parseEntry(f)
-		if err == nil && (e.Wildcard || e.Port != tlsPort) {
+		e, err := allowlist.ParseEntry(f)
+		if err == nil && (e.Wildcard || e.Port != allowlist.TLSPort) {
 			err = fmt.Errorf("not a host name")
 		}
 		return e.Host, err

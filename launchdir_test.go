@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"io"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestEnsureAllowlistSeedsOnceAndKeepsEdits(t *testing.T) {
 	must(t, err)
 	if string(got) != string(defaultAllowlist) {
 		// A file beside the test binary or in /usr/share wins; either way it must parse.
-		if _, err := parseAllowlistFrom(strings.NewReader(string(got)), path); err != nil {
+		if _, err := allowlist.Parse(strings.NewReader(string(got)), path); err != nil {
 			t.Fatalf("seeded allowlist does not parse: %v", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,7 +38,7 @@ func recipeNames(t *testing.T) []string {
 func TestRecipeAllowlistsParseAndLintClean(t *testing.T) {
 	for _, name := range recipeNames(t) {
 		path := filepath.Join("recipes", name, "allowed-hosts")
-		entries, err := parseAllowlist(path)
+		entries, err := allowlist.ReadFile(path)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -45,7 +46,7 @@ func TestRecipeAllowlistsParseAndLintClean(t *testing.T) {
 		if len(entries) == 0 {
 			t.Errorf("%s has no entries: the agent could not reach its API", path)
 		}
-		for _, w := range lintAllowlist(entries) {
+		for _, w := range allowlist.Lint(entries) {
 			t.Errorf("%s: %s", path, w)
 		}
 	}
@@ -123,7 +124,7 @@ func TestReadmeNamesRecipes(t *testing.T) {
 				t.Errorf("README's Other agents section does not mention %s", want)
 			}
 		}
-		entries, err := parseAllowlist(filepath.Join("recipes", name, "allowed-hosts"))
+		entries, err := allowlist.ReadFile(filepath.Join("recipes", name, "allowed-hosts"))
 		if err != nil {
 			t.Fatal(err)
 		}

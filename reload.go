@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
@@ -32,19 +33,19 @@ const (
 type allowlistWatcher struct {
 	path             string
 	interval, settle time.Duration
-	apply            func([]entry) error
+	apply            func([]allowlist.Entry) error
 	warn             func(format string, a ...any)
 
-	current []entry         // what the session runs with
-	stamp   filestamp.Stamp // of the last read; zero forces a read
-	sum     [32]byte        // of the last read content
-	warned  string          // the last warning, not repeated until something changes
+	current []allowlist.Entry // what the session runs with
+	stamp   filestamp.Stamp   // of the last read; zero forces a read
+	sum     [32]byte          // of the last read content
+	warned  string            // the last warning, not repeated until something changes
 }
 
 // watchAllowlist polls the allowlist at path until ctx ends. A change that
 // parses and differs from current is passed to apply; one that does not
 // parse is refused with a warning, and the session keeps its list.
-func watchAllowlist(ctx context.Context, path string, current []entry, apply func([]entry) error, warn func(string, ...any)) {
+func watchAllowlist(ctx context.Context, path string, current []allowlist.Entry, apply func([]allowlist.Entry) error, warn func(string, ...any)) {
 	w := &allowlistWatcher{path: path, interval: watchInterval, settle: watchSettle, apply: apply, warn: warn, current: current}
 	w.run(ctx)
 }
@@ -99,7 +100,7 @@ func (w *allowlistWatcher) poll() {
 		return
 	}
 	w.sum = sum
-	entries, err := parseAllowlistFrom(bytes.NewReader(b), w.path)
+	entries, err := allowlist.Parse(bytes.NewReader(b), w.path)
 	if err != nil {
 		w.refuse(fmt.Sprintf("the allowlist changed but does not parse; this session keeps its previous list:\n%v", err))
 		return
@@ -169,7 +170,7 @@ type routerFiles struct {
 	mu      sync.Mutex
 	plan    routerPlan
 	cursor  planCursor
-	applied []entry
+	applied []allowlist.Entry
 }
 
 // newRouterFiles makes the TLS socket dir in dir; apply writes the config.
@@ -213,7 +214,7 @@ func caDirOf(tmp string) string { return filepath.Join(tmp, "ca") }
 // apply plans entries after the running plan and replaces the config
 // files, each by rename, so that a reader sees the old one or the new
 // one, never a partial one.
-func (r *routerFiles) apply(entries []entry) error {
+func (r *routerFiles) apply(entries []allowlist.Entry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, cursor, err := replan(r.plan, r.cursor, r.creds.withHanded(entries))
@@ -238,7 +239,7 @@ func (r *routerFiles) apply(entries []entry) error {
 }
 
 // entries is the list the session runs with now.
-func (r *routerFiles) entries() []entry {
+func (r *routerFiles) entries() []allowlist.Entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.applied

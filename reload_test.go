@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 )
 
@@ -26,21 +27,21 @@ type watchRecorder struct {
 	w    *allowlistWatcher
 	mu   sync.Mutex
 	// applied gets every list passed to apply.
-	applied  chan []entry
+	applied  chan []allowlist.Entry
 	warnings []string
 	fail     error // apply's answer while set
 }
 
 // newWatch makes the watcher without running it.
-func newWatch(t *testing.T, initial string, current []entry) *watchRecorder {
+func newWatch(t *testing.T, initial string, current []allowlist.Entry) *watchRecorder {
 	t.Helper()
-	r := &watchRecorder{path: filepath.Join(t.TempDir(), "allowed-hosts"), applied: make(chan []entry, 16)}
+	r := &watchRecorder{path: filepath.Join(t.TempDir(), "allowed-hosts"), applied: make(chan []allowlist.Entry, 16)}
 	if err := os.WriteFile(r.path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r.w = &allowlistWatcher{
 		path: r.path, interval: watchInterval, settle: watchSettle, current: current,
-		apply: func(e []entry) error {
+		apply: func(e []allowlist.Entry) error {
 			r.mu.Lock()
 			err := r.fail
 			r.mu.Unlock()
@@ -60,7 +61,7 @@ func newWatch(t *testing.T, initial string, current []entry) *watchRecorder {
 }
 
 // startWatch runs the watcher as a session does, until the test ends.
-func startWatch(t *testing.T, initial string, current []entry) *watchRecorder {
+func startWatch(t *testing.T, initial string, current []allowlist.Entry) *watchRecorder {
 	t.Helper()
 	r := newWatch(t, initial, current)
 	r.run(t)
@@ -96,7 +97,7 @@ func (r *watchRecorder) replace(t *testing.T, content string) {
 	}
 }
 
-func (r *watchRecorder) wantApplied(t *testing.T, within time.Duration, want []entry) {
+func (r *watchRecorder) wantApplied(t *testing.T, within time.Duration, want []allowlist.Entry) {
 	t.Helper()
 	select {
 	case got := <-r.applied:
@@ -109,7 +110,7 @@ func (r *watchRecorder) wantApplied(t *testing.T, within time.Duration, want []e
 }
 
 // wantAppliedNow checks, after polls, that they applied want.
-func (r *watchRecorder) wantAppliedNow(t *testing.T, want []entry) {
+func (r *watchRecorder) wantAppliedNow(t *testing.T, want []allowlist.Entry) {
 	t.Helper()
 	select {
 	case got := <-r.applied:
@@ -305,7 +306,7 @@ func TestWatchStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		watchAllowlist(ctx, path, nil, func([]entry) error { return nil }, func(string, ...any) {})
+		watchAllowlist(ctx, path, nil, func([]allowlist.Entry) error { return nil }, func(string, ...any) {})
 		close(done)
 	}()
 	cancel()

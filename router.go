@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"net/netip"
 	"slices"
 	"sort"
@@ -58,12 +59,12 @@ const apiKeepalive = 16
 
 // routerPlan is where every allowlisted host is answered and relayed.
 type routerPlan struct {
-	entries []entry
+	entries []allowlist.Entry
 	// loopback maps a host with port entries to its own loopback address,
 	// so two hosts can both use the same port. Other names get 127.0.0.1.
 	loopback map[string]netip.Addr
 	// routerPort maps a port entry to the router port that relays it.
-	routerPort map[entry]int
+	routerPort map[allowlist.Entry]int
 	// injections are the API hosts the router adds the user's credential
 	// for (credentials.go): nginx proxies them over HTTP, never by SNI.
 	// trustedCA is the bundle it verifies their certificates with.
@@ -104,8 +105,8 @@ func loopbackAt(i int) netip.Addr {
 // port, so that a reload moves nothing that open connections or cached
 // answers use. New ones are given in sorted order from cursor. A session
 // starts from the empty plan and firstCursor.
-func replan(prev routerPlan, cursor planCursor, entries []entry) (routerPlan, planCursor, error) {
-	p := routerPlan{entries: entries, loopback: map[string]netip.Addr{}, routerPort: map[entry]int{}}
+func replan(prev routerPlan, cursor planCursor, entries []allowlist.Entry) (routerPlan, planCursor, error) {
+	p := routerPlan{entries: entries, loopback: map[string]netip.Addr{}, routerPort: map[allowlist.Entry]int{}}
 	portEntries := portEntriesOf(entries)
 	if len(portEntries) > maxPortEntries {
 		return p, cursor, fmt.Errorf("the allowlist has %d host:port entries; at most %d are supported", len(portEntries), maxPortEntries)
@@ -144,10 +145,10 @@ func replan(prev routerPlan, cursor planCursor, entries []entry) (routerPlan, pl
 
 // portEntriesOf is the entries that are not SNI-checked, by host and port:
 // the order new ones are given addresses and router ports in.
-func portEntriesOf(entries []entry) []entry {
-	var out []entry
+func portEntriesOf(entries []allowlist.Entry) []allowlist.Entry {
+	var out []allowlist.Entry
 	for _, e := range entries {
-		if e.Port != tlsPort {
+		if e.Port != allowlist.TLSPort {
 			out = append(out, e)
 		}
 	}
@@ -296,7 +297,7 @@ func (p routerPlan) sniMap(b *strings.Builder) {
 	for _, e := range p.entries {
 		// hack/mutation-check's credential-sni passes an injected host by
 		// SNI too, past the credential proxy.
-		if e.Port != tlsPort || !e.Wildcard && !mutated("credential-sni") && p.injected(e.Host) {
+		if e.Port != allowlist.TLSPort || !e.Wildcard && !mutated("credential-sni") && p.injected(e.Host) {
 			continue
 		}
 		name := e.Host
@@ -350,7 +351,7 @@ func (p routerPlan) portServers(b *strings.Builder, routerIP string) {
 
 // sniUpstream is where nginx sends TLS for e: routerd's inspecting proxy,
 // or for a passthrough entry the host itself, unread.
-func (p routerPlan) sniUpstream(e entry) string {
+func (p routerPlan) sniUpstream(e allowlist.Entry) string {
 	// hack/mutation-check's passthrough-all passes every host unread.
 	if e.Passthrough || mutated("passthrough-all") {
 		return "$ssl_preread_server_name:443"
@@ -372,7 +373,7 @@ func (p routerPlan) inspectConf(routerIP string) string {
 		Gates     map[string]string `json:"gates,omitempty"`
 		Forge     *forgeDoc         `json:"forge,omitempty"`
 	}{TrustedCA: p.trustedCA, Resolver: upstreamResolver, Forge: p.forge.doc(p.apiAllow)}
-	doc.Hosts, doc.Wildcards = p.tlsNames(func(e entry) bool { return !e.Passthrough || p.injected(e.Host) })
+	doc.Hosts, doc.Wildcards = p.tlsNames(func(e allowlist.Entry) bool { return !e.Passthrough || p.injected(e.Host) })
 	if doc.Wildcards == nil {
 		doc.Wildcards = []string{}
 	}
@@ -393,11 +394,11 @@ func (p routerPlan) inspectConf(routerIP string) string {
 
 // tlsNames are the names of the TLS entries that keep takes: the exact
 // hosts, and the suffixes of the wildcards (never nil hosts, for JSON).
-func (p routerPlan) tlsNames(keep func(entry) bool) (hosts, wildcards []string) {
+func (p routerPlan) tlsNames(keep func(allowlist.Entry) bool) (hosts, wildcards []string) {
 	hosts = []string{}
 	for _, e := range p.entries {
 		switch {
-		case e.Port != tlsPort || !keep(e):
+		case e.Port != allowlist.TLSPort || !keep(e):
 		case e.Wildcard:
 			wildcards = append(wildcards, e.Host)
 		default:
@@ -449,7 +450,7 @@ func (p routerPlan) apiPolicy(routerIP string) string {
 	for _, r := range p.injections {
 		doc.Routes = append(doc.Routes, route{r.kind.provider.id, r.host, credentialGate(routerIP, r), credentialListen(r)})
 	}
-	doc.Hosts, doc.Wildcards = p.tlsNames(func(entry) bool { return true })
+	doc.Hosts, doc.Wildcards = p.tlsNames(func(allowlist.Entry) bool { return true })
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return string(b) + "\n"
 }
@@ -578,8 +579,8 @@ func credentialServer(b *strings.Builder, routerIP string, r credRoute) {
 	fmt.Fprintf(b, "            # proxy_set_header %s with the user's credential, replacing the agent's.\n            include %s;\n        }\n    }\n", r.kind.header, r.includeFile())
 }
 
-func (p routerPlan) sortedPortEntries() []entry {
-	var ports []entry
+func (p routerPlan) sortedPortEntries() []allowlist.Entry {
+	var ports []allowlist.Entry
 	for e := range p.routerPort {
 		ports = append(ports, e)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,9 +32,9 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-func mustParse(t *testing.T, s string) []entry {
+func mustParse(t *testing.T, s string) []allowlist.Entry {
 	t.Helper()
-	e, err := parseAllowlistFrom(strings.NewReader(s), "test")
+	e, err := allowlist.Parse(strings.NewReader(s), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func (f testRouterFiles) golden(t *testing.T, name string) {
 }
 
 // renderThroughFiles is the files a session starts with for entries.
-func renderThroughFiles(t *testing.T, creds credPlan, entries []entry) (dnsmasq, nginx, forwards string) {
+func renderThroughFiles(t *testing.T, creds credPlan, entries []allowlist.Entry) (dnsmasq, nginx, forwards string) {
 	t.Helper()
 	files := newTestRouterFiles(t, creds)
 	if err := files.apply(entries); err != nil {
@@ -444,7 +445,7 @@ func TestReplanKeepsAddressesAndPorts(t *testing.T) {
 	if a := p2.loopback["a.test"]; a.String() != "127.0.0.4" {
 		t.Errorf("a.test got %s, want the next unused address 127.0.0.4", a)
 	}
-	if port := p2.routerPort[entry{Host: "a.test", Port: 22}]; port != firstPortEntryPort+3 {
+	if port := p2.routerPort[allowlist.Entry{Host: "a.test", Port: 22}]; port != firstPortEntryPort+3 {
 		t.Errorf("a.test:22 got router port %d, want %d", port, firstPortEntryPort+3)
 	}
 
@@ -460,7 +461,7 @@ func TestReplanKeepsAddressesAndPorts(t *testing.T) {
 	if a := p4.loopback["b.test"]; a == p1.loopback["m.test"] || a.String() != "127.0.0.5" {
 		t.Errorf("b.test got %s; want 127.0.0.5, not m.test's old %s", a, p1.loopback["m.test"])
 	}
-	if port := p4.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+4 {
+	if port := p4.routerPort[allowlist.Entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+4 {
 		t.Errorf("b.test:22 got router port %d, want %d", port, firstPortEntryPort+4)
 	}
 
@@ -486,7 +487,7 @@ func TestReplanReusesOnlyWhenExhausted(t *testing.T) {
 	if a := p2.loopback["b.test"]; a.String() != "127.0.0.3" {
 		t.Errorf("b.test got %s, want the lowest free 127.0.0.3", a)
 	}
-	if port := p2.routerPort[entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+1 {
+	if port := p2.routerPort[allowlist.Entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+1 {
 		t.Errorf("b.test:22 got %d, want the lowest free %d", port, firstPortEntryPort+1)
 	}
 }

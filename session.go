@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"go.podman.io/common/libnetwork/types"
@@ -55,7 +56,7 @@ type sessionConfig struct {
 	// read-only into both; they follow its changes.
 	tmp           string
 	allowlist     string // watched while the session runs; "" for none
-	entries       []entry
+	entries       []allowlist.Entry
 	cmd           []string
 	env           map[string]string // passed with --env
 	repos         []string          // --repo's, "owner/name"
@@ -84,10 +85,10 @@ type sessionConfig struct {
 	// the allowlist for this session.
 	agent      agentPreset
 	image      string
-	agentHosts []entry
+	agentHosts []allowlist.Entry
 	// listed is what the allowlist file said at the start (entries
 	// without the agent's hosts): the watcher's first look compares it.
-	listed []entry
+	listed []allowlist.Entry
 }
 
 // sessionNames are the names of one session's podman objects; the pod and
@@ -535,7 +536,7 @@ func (s *session) run(ctx context.Context) error {
 		go func() {
 			defer close(watched)
 			// The agent's hosts stay whatever the file says.
-			apply := func(es []entry) error { return s.files.apply(withAgentHosts(es, s.cfg.agentHosts)) }
+			apply := func(es []allowlist.Entry) error { return s.files.apply(withAgentHosts(es, s.cfg.agentHosts)) }
 			listed := s.cfg.entries
 			if s.cfg.listed != nil {
 				listed = s.cfg.listed
@@ -739,7 +740,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	if cfg.entries, err = loadAllowlist(set.allowlist, out); err != nil {
 		return cfg, err
 	}
-	for _, w := range lintAllowlist(cfg.entries) {
+	for _, w := range allowlist.Lint(cfg.entries) {
 		say(out, "%s", w)
 	}
 	if cfg.upstreamDNS, cfg.upstreamAllow, err = set.upstream(); err != nil {
@@ -802,62 +803,6 @@ func checkedLaunchDir(set settings) (string, error) {
 		return "", err
 	}
 	return dir, nil
-}
-
-// loadAllowlist reads the allowlist, seeding a missing one from the
-// packaged default.
-func loadAllowlist(path string, out io.Writer) ([]entry, error) {
-	if err := ensureAllowlist(path, out); err != nil {
-		return nil, err
-	}
-	return parseAllowlist(path)
-}
-
-// ensureAllowlist seeds a missing allowlist from the packaged default.
-func ensureAllowlist(path string, out io.Writer) error {
-	fi, err := os.Stat(path)
-	if err == nil {
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("allowlist %s is not a regular file; replace it with one", path)
-		}
-		return nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("cannot read allowlist: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("cannot create the allowlist: %w", err)
-	}
-	// O_EXCL: never overwrite a list another session created meanwhile.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, os.ErrExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cannot create the allowlist: %w", err)
-	}
-	if _, err := f.Write(packagedAllowlist()); err != nil {
-		f.Close()
-		return fmt.Errorf("cannot write the allowlist: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("cannot write the allowlist: %w", err)
-	}
-	say(out, "created %s from the defaults; edit it to allow more hosts", path)
-	return nil
-}
-
-// packagedAllowlist is the default list a package installed beside the
-// binary, else the one built in.
-func packagedAllowlist() []byte {
-	if exe, err := os.Executable(); err == nil {
-		for _, p := range []string{filepath.Join(filepath.Dir(exe), "allowed-hosts"), "/usr/share/agent-sandbox/allowed-hosts"} {
-			if b, err := os.ReadFile(p); err == nil {
-				return b
-			}
-		}
-	}
-	return defaultAllowlist
 }
 
 // say writes one line for the user, with the prefix.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 )
 
@@ -30,7 +31,7 @@ func testConfig(t *testing.T) sessionConfig {
 		name:          testSession,
 		launchDir:     "/work/project",
 		tmp:           t.TempDir(),
-		entries:       []entry{{Host: "allowed.test", Port: 443}, {Host: "allowed.test", Port: 2222}},
+		entries:       []allowlist.Entry{{Host: "allowed.test", Port: 443}, {Host: "allowed.test", Port: 2222}},
 		cmd:           []string{"sh", "-c", "exit 7"},
 		upstreamDNS:   "10.99.0.10",
 		upstreamAllow: "10.99.0.0/24",
