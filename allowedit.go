@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/spf13/cobra"
 )
 
@@ -99,7 +100,7 @@ sorted, duplicates merged, comments dropped. The file's path goes to stderr.`,
 			if err != nil {
 				return refused(err)
 			}
-			say(cmd.ErrOrStderr(), "%s: %s", set.allowlist, countEntries(len(entries)))
+			iostreams.Say(cmd.ErrOrStderr(), "%s: %s", set.allowlist, countEntries(len(entries)))
 			for _, e := range entries {
 				fmt.Fprintln(cmd.OutOrStdout(), e.Line())
 			}
@@ -129,21 +130,21 @@ func editCommand(set settings, errOut io.Writer, name string, args []string, edi
 		return refused(err)
 	}
 	for _, m := range msgs {
-		say(errOut, "%s", m)
+		iostreams.Say(errOut, "%s", m)
 	}
 	if name == "allow" {
 		// The moment of adding a risky host is when the warning helps;
 		// the arguments parsed inside editAllowlist already.
 		entries, _ := parseHostArgs(args)
 		for _, w := range allowlist.Lint(entries) {
-			say(errOut, "%s", w)
+			iostreams.Say(errOut, "%s", w)
 		}
 		for _, e := range entries {
 			switch {
 			case e.Passthrough:
-				say(errOut, "%s passes unread: the router cannot remove a key the agent brings there, so the agent can act on it in anyone's name", e)
+				iostreams.Say(errOut, "%s passes unread: the router cannot remove a key the agent brings there, so the agent can act on it in anyone's name", e)
 			case e.Port != allowlist.TLSPort:
-				say(errOut, "%s is relayed unread, as raw TCP: it carries any key or credential the agent brings (someone else's ssh key pushes anywhere through github.com:22); a host without a port is HTTPS, which the router inspects", e)
+				iostreams.Say(errOut, "%s is relayed unread, as raw TCP: it carries any key or credential the agent brings (someone else's ssh key pushes anywhere through github.com:22); a host without a port is HTTPS, which the router inspects", e)
 			}
 		}
 	}

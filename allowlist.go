@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 // The user's allowlist: where it lives, and its first copy from the
@@ -52,7 +53,7 @@ func ensureAllowlist(path string, out io.Writer) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("cannot write the allowlist: %w", err)
 	}
-	say(out, "created %s from the defaults; edit it to allow more hosts", path)
+	iostreams.Say(out, "created %s from the defaults; edit it to allow more hosts", path)
 	return nil
 }
 

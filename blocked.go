@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"regexp"
 	"sort"
 	"strings"
@@ -91,7 +92,7 @@ func blockedSummary(hosts []blockedHost, unprintable int) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("agent-sandbox: the allowlist blocked these hosts in this session:\n")
+	b.WriteString("the allowlist blocked these hosts in this session:\n")
 	width := 0
 	for _, h := range hosts {
 		width = max(width, len(h.name))
@@ -104,16 +105,16 @@ func blockedSummary(hosts []blockedHost, unprintable int) string {
 		if h.connections > 0 {
 			what = append(what, plural(h.connections, "connection"))
 		}
-		fmt.Fprintf(&b, "agent-sandbox:   %-*s  %-24s allow it: agent-sandbox allow %s\n", width, h.name, strings.Join(what, ", "), h.name)
+		fmt.Fprintf(&b, "  %-*s  %-24s allow it: agent-sandbox allow %s\n", width, h.name, strings.Join(what, ", "), h.name)
 	}
 	if unprintable > 0 {
 		what := "names that are not host names"
 		if unprintable == 1 {
 			what = "name that is not a host name"
 		}
-		fmt.Fprintf(&b, "agent-sandbox:   and %d %s\n", unprintable, what)
+		fmt.Fprintf(&b, "  and %d %s\n", unprintable, what)
 	}
-	return b.String()
+	return iostreams.Prefixed(b.String())
 }
 
 func plural(n int, word string) string {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"runtime"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
@@ -24,18 +24,19 @@ import (
 // when the command runs in the process the shell started.
 //
 // stopRequests delivers `agent-sandbox stop`'s requests (nil: none come).
-func run(ctx context.Context, args []string, getenv func(string) (string, bool), stdin io.Reader, stdout, stderr io.Writer, link *keeper.Link, stopRequests <-chan os.Signal) int {
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), streams *iostreams.Streams, link *keeper.Link, stopRequests <-chan os.Signal) int {
 	set := newSettings(getenv)
 	set.keeper = link
 	set.stopRequests = stopRequests
+	set.streams = streams
 	root := newRootCommand(ctx, set)
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.Err)
 	err := root.Execute()
 	if !link.Returned() {
-		report(stderr, err)
+		report(streams.Err, err)
 	}
 	return exitCode(err)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"os"
 	"strings"
 	"testing"
@@ -13,6 +14,6 @@ import (
 func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), args, os.LookupEnv, strings.NewReader(stdin), &out, &errOut, nil, nil)
+	code := run(context.Background(), args, os.LookupEnv, &iostreams.Streams{In: strings.NewReader(stdin), Out: &out, Err: &errOut}, nil, nil)
 	return code, out.String(), errOut.String()
 }

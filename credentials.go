@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"os"
@@ -631,7 +632,7 @@ func credentialSummary(routerLog string, creds []credential, entries []allowlist
 			if requests[host] == 0 && (i > 0 || !allowlist.Allows(host, entries)) {
 				continue
 			}
-			line := fmt.Sprintf("agent-sandbox:   %s  %s, %s", host, c.source, plural(requests[host], "request"))
+			line := fmt.Sprintf("  %s  %s, %s", host, c.source, plural(requests[host], "request"))
 			if n := closed[host]; n > 0 {
 				line += fmt.Sprintf("; %s straight to it closed (use the base URL)", plural(n, "TLS connection"))
 			}
@@ -642,7 +643,7 @@ func credentialSummary(routerLog string, creds []credential, entries []allowlist
 		return ""
 	}
 	sort.Strings(lines)
-	return "agent-sandbox: the router added your credentials (the agent held placeholders):\n" + strings.Join(lines, "")
+	return iostreams.Prefixed("the router added your credentials (the agent held placeholders):\n" + strings.Join(lines, ""))
 }
 
 // inspectedRequest is a request through routerd's inspecting proxy, in its
@@ -688,10 +689,10 @@ func removedSummary(routerLog string, creds []credential) string {
 			what = append(what, w)
 		}
 		sort.Strings(what)
-		lines = append(lines, fmt.Sprintf("agent-sandbox:   %s  %s (%s): removed\n", host, plural(r.requests, "request"), strings.Join(what, ", ")))
+		lines = append(lines, fmt.Sprintf("  %s  %s (%s): removed\n", host, plural(r.requests, "request"), strings.Join(what, ", ")))
 	}
 	sort.Strings(lines)
-	return "agent-sandbox: the agent sent credentials of its own, which the router removed (it acts on allowed hosts anonymously or as you):\n" + strings.Join(lines, "")
+	return iostreams.Prefixed("the agent sent credentials of its own, which the router removed (it acts on allowed hosts anonymously or as you):\n" + strings.Join(lines, ""))
 }
 
 // printableHeader is a removed header's or query's name as the summary
@@ -732,14 +733,14 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	}
 	var b strings.Builder
 	if len(allowed) > 0 {
-		fmt.Fprintf(&b, "agent-sandbox: the API rules %s were off for this session (AGENT_SANDBOX_API_ALLOW)\n", strings.Join(allowed, ", "))
+		fmt.Fprintf(&b, "the API rules %s were off for this session (AGENT_SANDBOX_API_ALLOW)\n", strings.Join(allowed, ", "))
 	}
 	if len(refused) > 0 {
-		b.WriteString("agent-sandbox: the router refused requests to the model APIs that your key would have signed:\n")
+		b.WriteString("the router refused requests to the model APIs that your key would have signed:\n")
 		var lines []string
 		for k, n := range refused {
 			what := strings.TrimSpace(k.method + " " + k.path)
-			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: AGENT_SANDBOX_API_ALLOW=%s\n", k.host, what, k.rule, plural(n, "time"), k.rule))
+			lines = append(lines, fmt.Sprintf("  %s %s: rule %s, %s; to allow it: AGENT_SANDBOX_API_ALLOW=%s\n", k.host, what, k.rule, plural(n, "time"), k.rule))
 		}
 		sort.Strings(lines)
 		b.WriteString(strings.Join(lines, ""))
@@ -750,9 +751,9 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	}
 	sort.Strings(hosts)
 	for _, h := range hosts {
-		fmt.Fprintf(&b, "agent-sandbox: the router trimmed a web fetch tool's domains to the allowlist in %s to %s\n", plural(trimmed[h], "request"), h)
+		fmt.Fprintf(&b, "the router trimmed a web fetch tool's domains to the allowlist in %s to %s\n", plural(trimmed[h], "request"), h)
 	}
-	return b.String()
+	return iostreams.Prefixed(b.String())
 }
 
 // printableMethod is a request method the summary may print as it is.

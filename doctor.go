@@ -17,6 +17,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
@@ -219,7 +220,7 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 		}
 	}
 	if failures > 0 {
-		say(errOut, "%d of %d checks failed; run the fix lines above, then agent-sandbox doctor again", failures, len(results))
+		iostreams.Say(errOut, "%d of %d checks failed; run the fix lines above, then agent-sandbox doctor again", failures, len(results))
 		return exitRefused
 	}
 	warnings := 0
@@ -229,10 +230,10 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 		}
 	}
 	if warnings > 0 {
-		say(errOut, "all %d checks passed, %d with a warning: sessions can start", len(results), warnings)
+		iostreams.Say(errOut, "all %d checks passed, %d with a warning: sessions can start", len(results), warnings)
 		return 0
 	}
-	say(errOut, "all %d checks passed: sessions can start", len(results))
+	iostreams.Say(errOut, "all %d checks passed: sessions can start", len(results))
 	return 0
 }
 

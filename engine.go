@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/trace"
 	"github.com/blang/semver/v4"
 	buildahDefine "github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/libpod/define"
@@ -44,14 +46,16 @@ type engine interface {
 	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
 	ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error
 	// ContainerStartReady starts a container and waits until it prints a
-	// line containing ready; it fails if the container exits first.
-	ContainerStartReady(ctx context.Context, name, ready string) error
+	// line containing ready; it fails if the container exits first or
+	// says nothing of the kind within timeout.
+	ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration) error
 	// ContainerLogs returns the last lines of a container's output (all of
 	// it when lines is 0).
 	ContainerLogs(ctx context.Context, name string, lines int) string
-	// ContainerRun attaches the terminal, starts the container and waits for
-	// it; it returns the container's exit code.
-	ContainerRun(ctx context.Context, name string, tty bool) (int, error)
+	// ContainerRun attaches the streams, starts the container and waits
+	// for it; it returns the container's exit code. With tty the terminal
+	// on the streams is the container's: raw, and resized with it.
+	ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error)
 	// ContainerWait returns when the container has stopped.
 	ContainerWait(ctx context.Context, name string) error
 	ContainerStop(ctx context.Context, name string, timeout time.Duration) error
@@ -94,7 +98,18 @@ const minPodman = "4.3.0"
 // podmanEngine implements engine with the podman v5 bindings. Every method
 // takes the connection context that startService returned (or one derived
 // from it).
-type podmanEngine struct{}
+type podmanEngine struct {
+	// trace, if on, times every call that changes what podman holds.
+	trace *trace.Tracer
+}
+
+// step times one call, when tracing.
+func (c podmanEngine) step(name string) func() {
+	if c.trace == nil {
+		return func() {}
+	}
+	return c.trace.Step(name)
+}
 
 func checkServiceVersion(conn context.Context) error {
 	v := bindings.ServiceVersion(conn)
@@ -122,7 +137,8 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (podmanEngine) NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error) {
+func (c podmanEngine) NetworkCreate(ctx context.Context, n *types.Network, ignoreIfExists bool) (types.Network, error) {
+	defer c.step("network create " + n.Name)()
 	if ignoreIfExists {
 		// Checking first spares podman 4, whose API may not know the
 		// ignoreIfExists option; a race with another session is caught below.
@@ -143,12 +159,14 @@ func (podmanEngine) NetworkCreate(ctx context.Context, n *types.Network, ignoreI
 	return r, nil
 }
 
-func (podmanEngine) NetworkRemove(ctx context.Context, name string) error {
+func (c podmanEngine) NetworkRemove(ctx context.Context, name string) error {
+	defer c.step("network remove " + name)()
 	_, err := network.Remove(ctx, name, new(network.RemoveOptions).WithForce(true))
 	return err
 }
 
-func (podmanEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+func (c podmanEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+	defer c.step("volume inspect " + name)()
 	v, err := volumes.Inspect(ctx, name, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "no such volume") {
@@ -174,7 +192,8 @@ func (podmanEngine) VolumeUsers(ctx context.Context, name string) ([]labelledObj
 	return out, nil
 }
 
-func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
+func (c podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
+	defer c.step("volume create " + name)()
 	_, err := volumes.Create(ctx, entities.VolumeCreateOptions{Name: name, Labels: labels}, nil)
 	// Another session may have created it since it was inspected.
 	if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -186,14 +205,16 @@ func (podmanEngine) VolumeCreate(ctx context.Context, name string, labels map[st
 	return nil
 }
 
-func (podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {
+func (c podmanEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error {
+	defer c.step("container create " + s.Name)()
 	if _, err := containers.CreateWithSpec(ctx, s, nil); err != nil {
 		return fmt.Errorf("create container %s: %w", s.Name, err)
 	}
 	return nil
 }
 
-func (podmanEngine) ContainerStartReady(ctx context.Context, name, ready string) error {
+func (c podmanEngine) ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration) error {
+	defer c.step("container start+ready " + name)()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out, in := io.Pipe()
@@ -230,8 +251,8 @@ func (podmanEngine) ContainerStartReady(ctx context.Context, name, ready string)
 	select {
 	case err := <-found:
 		return err
-	case <-time.After(readyTimeout):
-		return fmt.Errorf("%s was not ready after %s: %w", name, readyTimeout, errNotReady)
+	case <-time.After(timeout):
+		return fmt.Errorf("%s was not ready after %s: %w", name, timeout, errNotReady)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -259,15 +280,16 @@ func (podmanEngine) ContainerLogs(ctx context.Context, name string, lines int) s
 	return strings.Join(got, "\n")
 }
 
-func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (int, error) {
+func (c podmanEngine) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error) {
+	defer c.step("container run " + name)()
 	attachOpts := new(containers.AttachOptions).WithStream(true).WithDetachKeys("")
 	attachErr := make(chan error, 1)
 	ready := make(chan bool, 1)
-	var stderr io.Writer = os.Stderr
+	stderr := streams.Err
 	if tty {
 		stderr = nil
 	}
-	stdin, closeStdin := interruptibleStdin()
+	stdin, closeStdin := interruptibleStdin(streams)
 	// Closed when the run ends: the attach's copy of stdin would otherwise
 	// stay blocked on a read of the terminal, and take what the user types
 	// at the next prompt while the keeper tears down.
@@ -275,14 +297,14 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 	if tty {
 		// Ours, not the attach's: it does these only for an *os.File,
 		// whose Fd() would make the read above blocking again.
-		restore, err := rawTerminal()
+		restore, err := rawTerminal(streams)
 		if err != nil {
 			return -1, err
 		}
 		defer restore()
-		defer followResize(ctx, name)()
+		defer followResize(ctx, name, streams)()
 	}
-	go func() { attachErr <- containers.Attach(ctx, name, stdin, os.Stdout, stderr, ready, attachOpts) }()
+	go func() { attachErr <- containers.Attach(ctx, name, stdin, streams.Out, stderr, ready, attachOpts) }()
 	select {
 	case <-ready:
 	case err := <-attachErr:
@@ -293,7 +315,7 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 	}
 	if tty {
 		// Attach sized the terminal before the start, when there was none.
-		if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		if w, h, ok := streams.Size(); ok {
 			_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
 		}
 	}
@@ -317,12 +339,13 @@ func (podmanEngine) ContainerRun(ctx context.Context, name string, tty bool) (in
 // which would otherwise read the terminal itself and leave that read
 // blocked when the agent exits: it would take what the user types at the
 // next prompt while the keeper tears down.
-func interruptibleStdin() (io.Reader, func()) {
+func interruptibleStdin(streams *iostreams.Streams) (io.Reader, func()) {
+	fd, isFile := streams.InFd()
 	var wake [2]int
-	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC); err != nil {
-		return &plainReader{os.Stdin}, func() {}
+	if !isFile || unix.Pipe2(wake[:], unix.O_CLOEXEC) != nil {
+		return &plainReader{streams.In}, func() {}
 	}
-	r := &pollReader{fd: int(os.Stdin.Fd()), wake: wake[0]}
+	r := &pollReader{fd: fd, wake: wake[0]}
 	var once sync.Once
 	return r, func() {
 		once.Do(func() {
@@ -373,8 +396,11 @@ func (p *pollReader) Read(b []byte) (int, error) {
 
 // rawTerminal puts the terminal on stdin in raw mode, as `podman run -it`
 // does, and returns what restores it.
-func rawTerminal() (func(), error) {
-	fd := int(os.Stdin.Fd())
+func rawTerminal(streams *iostreams.Streams) (func(), error) {
+	fd, isFile := streams.InFd()
+	if !isFile {
+		return nil, errors.New("cannot put the terminal in raw mode: stdin is no terminal")
+	}
 	state, err := term.MakeRaw(fd)
 	if err != nil {
 		return nil, fmt.Errorf("cannot put the terminal in raw mode: %w", err)
@@ -384,7 +410,7 @@ func rawTerminal() (func(), error) {
 
 // followResize passes the terminal's new size to the agent's on every
 // SIGWINCH until the returned func is called.
-func followResize(ctx context.Context, name string) func() {
+func followResize(ctx context.Context, name string, streams *iostreams.Streams) func() {
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	ctx, cancel := context.WithCancel(ctx)
@@ -394,7 +420,7 @@ func followResize(ctx context.Context, name string) func() {
 			case <-ctx.Done():
 				return
 			case <-winch:
-				if w, h, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+				if w, h, ok := streams.Size(); ok {
 					_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
 				}
 			}
@@ -486,23 +512,27 @@ func (podmanEngine) ContainerWait(ctx context.Context, name string) error {
 	return err
 }
 
-func (podmanEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
+func (c podmanEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
+	defer c.step("container stop " + name)()
 	return containers.Stop(ctx, name, new(containers.StopOptions).WithTimeout(uint(timeout.Seconds())).WithIgnore(true))
 }
 
-func (podmanEngine) ContainerRemove(ctx context.Context, name string) error {
+func (c podmanEngine) ContainerRemove(ctx context.Context, name string) error {
+	defer c.step("container remove " + name)()
 	_, err := containers.Remove(ctx, name, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithTimeout(0))
 	return err
 }
 
-func (podmanEngine) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error {
+func (c podmanEngine) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error {
+	defer c.step("pod create " + p.Name)()
 	if _, err := pods.CreatePodFromSpec(ctx, &entities.PodSpec{PodSpecGen: *p}); err != nil {
 		return fmt.Errorf("create pod %s: %w", p.Name, err)
 	}
 	return nil
 }
 
-func (podmanEngine) PodRemove(ctx context.Context, name string) error {
+func (c podmanEngine) PodRemove(ctx context.Context, name string) error {
+	defer c.step("pod remove " + name)()
 	_, err := pods.Remove(ctx, name, new(pods.RemoveOptions).WithForce(true).WithTimeout(0))
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/containers/podman/v5/pkg/specgen"
 	"go.podman.io/common/libnetwork/types"
 )
@@ -157,7 +158,7 @@ func (f *fakeEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerat
 	return nil
 }
 
-func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string) error {
+func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string, _ time.Duration) error {
 	if err := f.create(ctx, "ContainerStartReady", name+" "+ready); err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func (f *fakeEngine) ContainerLogs(_ context.Context, name string, lines int) st
 	return "nginx: [emerg] fake log line"
 }
 
-func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ bool) (int, error) {
+func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ *iostreams.Streams, _ bool) (int, error) {
 	if err := f.create(ctx, "ContainerRun", name); err != nil {
 		return -1, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"io"
 	"strings"
 )
@@ -78,7 +79,5 @@ func report(w io.Writer, err error) {
 	if err == nil || errors.As(err, new(agentExit)) || errors.Is(err, errInterrupted) || errors.As(err, new(reported)) {
 		return
 	}
-	for _, l := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
-		fmt.Fprintf(w, "agent-sandbox: %s\n", l)
-	}
+	fmt.Fprint(w, iostreams.Prefixed(strings.TrimRight(err.Error(), "\n")))
 }

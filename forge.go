@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
@@ -241,20 +242,20 @@ func forgeSummary(routerLog string) string {
 	if len(wrote) > 0 {
 		var lines []string
 		for where, n := range wrote {
-			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s: %s\n", where, plural(n, "write")))
+			lines = append(lines, fmt.Sprintf("  %s: %s\n", where, plural(n, "write")))
 		}
 		sort.Strings(lines)
-		b.WriteString("agent-sandbox: the agent wrote to GitHub in your name (your token, added by the router):\n" + strings.Join(lines, ""))
+		b.WriteString("the agent wrote to GitHub in your name (your token, added by the router):\n" + strings.Join(lines, ""))
 	}
 	if len(refused) > 0 {
 		var lines []string
 		for k, n := range refused {
-			lines = append(lines, fmt.Sprintf("agent-sandbox:   %s %s: rule %s, %s; to allow it: %s\n", k.host, k.what, k.rule, plural(n, "time"), k.fix))
+			lines = append(lines, fmt.Sprintf("  %s %s: rule %s, %s; to allow it: %s\n", k.host, k.what, k.rule, plural(n, "time"), k.fix))
 		}
 		sort.Strings(lines)
-		b.WriteString("agent-sandbox: the router refused writes outside what this session admits:\n" + strings.Join(lines, ""))
+		b.WriteString("the router refused writes outside what this session admits:\n" + strings.Join(lines, ""))
 	}
-	return b.String()
+	return iostreams.Prefixed(b.String())
 }
 
 // forgeFix is how the user allows what rule refused.

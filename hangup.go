@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
@@ -44,7 +45,7 @@ func withHangup(ctx context.Context, out io.Writer, fds ...int) (context.Context
 	// The read end of a pipe wakes the poll when stop closes the write end.
 	var wake [2]int
 	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC); err != nil {
-		say(out, "cannot watch the terminal for a hang-up: %v", err)
+		iostreams.Say(out, "cannot watch the terminal for a hang-up: %v", err)
 		return ctx, func() { cancel(nil) }
 	}
 	done := make(chan struct{})
@@ -52,7 +53,7 @@ func withHangup(ctx context.Context, out io.Writer, fds ...int) (context.Context
 		defer close(done)
 		defer unix.Close(wake[0])
 		if waitHangup(ttys, wake[0], out) {
-			say(out, "%v", errHangup)
+			iostreams.Say(out, "%v", errHangup)
 			cancel(errHangup)
 		}
 	}()
@@ -80,7 +81,7 @@ func waitHangup(ttys []int, wake int, out io.Writer) bool {
 			continue
 		}
 		if err != nil {
-			say(out, "cannot watch the terminal for a hang-up: %v", err)
+			iostreams.Say(out, "cannot watch the terminal for a hang-up: %v", err)
 			return false
 		}
 		if pfds[len(pfds)-1].Revents != 0 {

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/term"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 // The images' build contexts travel inside the binary, so that a machine
@@ -88,7 +88,7 @@ func ensureImages(ctx context.Context, eng engine, set settings, extra []session
 	}
 	if releaseBuild() {
 		for _, im := range missing {
-			say(out, "image %s is missing: pulling it (once)", im.name)
+			iostreams.Say(out, "image %s is missing: pulling it (once)", im.name)
 			if err := pullImage(ctx, eng, im, out); err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func ensureImages(ctx context.Context, eng engine, set settings, extra []session
 		}
 	}
 	for _, im := range missing {
-		say(out, "image %s is missing: building it (once; `agent-sandbox build --only %s` rebuilds it)", im.name, strings.TrimSuffix(im.role, " agent"))
+		iostreams.Say(out, "image %s is missing: building it (once; `agent-sandbox build --only %s` rebuilds it)", im.name, strings.TrimSuffix(im.role, " agent"))
 		if err := buildImage(ctx, eng, set, im, name, false, out); err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func buildImage(ctx context.Context, eng engine, set settings, im sessionImage, 
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	p := newProgress(out, isTerminal(out), "building "+im.role+" image", parseBuildLine)
+	p := newProgress(out, iostreams.IsTerminal(out), "building "+im.role+" image", parseBuildLine)
 	base := set.baseImage
 	if im.base != "" {
 		base = im.base
@@ -273,20 +273,13 @@ func buildImage(ctx context.Context, eng engine, set settings, im sessionImage, 
 }
 
 func pullImage(ctx context.Context, eng engine, im sessionImage, out io.Writer) error {
-	p := newProgress(out, isTerminal(out), "pulling "+im.role+" image", newPullParser())
+	p := newProgress(out, iostreams.IsTerminal(out), "pulling "+im.role+" image", newPullParser())
 	err := eng.ImagePull(ctx, im.name, p)
 	p.finish(err, "pulled "+im.name)
 	if err != nil {
 		return fmt.Errorf("cannot pull image %s: %s; check your network and `podman pull %s`", im.name, strings.TrimSpace(err.Error()), im.name)
 	}
 	return nil
-}
-
-// isTerminal reports whether w is a terminal, which gets one progress line
-// rewritten in place.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // stepLine is how podman (buildah) announces each Containerfile step.
@@ -355,10 +348,8 @@ func newProgress(w io.Writer, tty bool, what string, parse func(string) (string,
 	p := &progress{w: w, tty: tty, what: what, parse: parse, now: time.Now, width: 80, stop: make(chan struct{})}
 	p.start = p.now()
 	p.since = p.start
-	if f, ok := w.(*os.File); ok && tty {
-		if width, _, err := term.GetSize(int(f.Fd())); err == nil && width > 20 {
-			p.width = width
-		}
+	if width, ok := iostreams.Width(w); ok && tty && width > 20 {
+		p.width = width
 	}
 	if tty {
 		p.show()
@@ -366,7 +357,7 @@ func newProgress(w io.Writer, tty bool, what string, parse func(string) (string,
 		p.done.Add(1)
 		go p.tick()
 	} else {
-		fmt.Fprintf(p.w, "agent-sandbox: %s\n", p.what)
+		iostreams.Say(p.w, "%s", p.what)
 	}
 	return p
 }
@@ -420,12 +411,12 @@ func (p *progress) line(l string) {
 		p.show()
 		return
 	}
-	fmt.Fprintf(p.w, "agent-sandbox: %s: %s\n", p.what, clip(status, 100))
+	iostreams.Say(p.w, "%s: %s", p.what, clip(status, 100))
 }
 
 // show rewrites the terminal line; the caller holds mu.
 func (p *progress) show() {
-	text := "agent-sandbox: " + p.what
+	text := iostreams.Prefix + p.what
 	if p.status != "" {
 		text += ": " + p.status
 	}
@@ -453,7 +444,7 @@ func (p *progress) finish(err error, doneMsg string) {
 	}
 	elapsed := p.now().Sub(p.start).Round(100 * time.Millisecond)
 	if err == nil {
-		fmt.Fprintf(p.w, "agent-sandbox: %s in %s\n", doneMsg, elapsed)
+		iostreams.Say(p.w, "%s in %s", doneMsg, elapsed)
 		return
 	}
 	if errors.Is(err, context.Canceled) {
@@ -463,7 +454,7 @@ func (p *progress) finish(err error, doneMsg string) {
 	if p.status != "" {
 		at = " at " + clip(p.status, 60)
 	}
-	fmt.Fprintf(p.w, "agent-sandbox: %s failed%s after %s; its last output:\n", p.what, at, elapsed)
+	iostreams.Say(p.w, "%s failed%s after %s; its last output:", p.what, at, elapsed)
 	for _, l := range p.tail {
 		fmt.Fprintf(p.w, "    %s\n", l)
 	}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 )
 
@@ -39,8 +40,9 @@ func main() {
 	stopRequests := make(chan os.Signal, 1)
 	signal.Notify(stopRequests, stopSignal)
 	// A terminal that hangs up ends it as SIGHUP does, SIGHUP or not.
-	ctx, stopHangup := withHangup(ctx, os.Stderr, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	code := run(ctx, args, os.LookupEnv, os.Stdin, os.Stdout, os.Stderr, link, stopRequests)
+	streams := iostreams.System()
+	ctx, stopHangup := withHangup(ctx, streams.Err, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
+	code := run(ctx, args, os.LookupEnv, streams, link, stopRequests)
 	stopHangup()
 	stop()
 	os.Exit(code)

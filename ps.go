@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"github.com/spf13/cobra"
@@ -171,7 +172,7 @@ func stopSessions(ctx context.Context, reg sessionreg.Register, names []string, 
 				return err
 			}
 			if !slices.ContainsFunc(live, func(l sessionreg.Claim) bool { return l.Session == c.Session }) {
-				say(out, "stopped session %s in %s", c.Session, projectdir.Quote(c.Dir))
+				iostreams.Say(out, "stopped session %s in %s", c.Session, projectdir.Quote(c.Dir))
 				break
 			}
 			if time.Now().After(deadline) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 const (
@@ -54,9 +55,9 @@ func watchAllowlist(ctx context.Context, path string, current []allowlist.Entry,
 // line gets the prefix, and on a terminal, which the agent's attach has
 // put in raw mode, lines end in "\r\n" and start on a line of their own.
 func midSessionWarner(out io.Writer) func(string, ...any) {
-	raw := isTerminal(out)
+	raw := iostreams.IsTerminal(out)
 	return func(format string, a ...any) {
-		msg := "agent-sandbox: " + strings.ReplaceAll(fmt.Sprintf(format, a...), "\n", "\nagent-sandbox: ") + "\n"
+		msg := iostreams.Prefixed(fmt.Sprintf(format, a...))
 		if raw {
 			msg = "\r\n" + strings.ReplaceAll(msg, "\n", "\r\n")
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -80,7 +81,7 @@ func writeSecret(dir, name, value string) error {
 // stderr, otherwise everything on stdin (a pipe or a file).
 func secretInput(in io.Reader, prompt io.Writer, kind *credKind) (string, error) {
 	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fmt.Fprintf(prompt, "agent-sandbox: paste the %s for %s (%s; it is not shown), then Enter: ", kindNoun(kind), kind.provider.host, kind.env)
+		fmt.Fprintf(prompt, iostreams.Prefix+"paste the %s for %s (%s; it is not shown), then Enter: ", kindNoun(kind), kind.provider.host, kind.env)
 		b, err := term.ReadPassword(int(f.Fd()))
 		fmt.Fprintln(prompt)
 		if err != nil {
@@ -184,9 +185,9 @@ func secretSet(set settings, args []string, in io.Reader, prompt io.Writer) erro
 	if err := writeSecret(dir, kind.secret, v); err != nil {
 		return refused(err)
 	}
-	say(prompt, "stored %s in %s; sessions add it for %s", kind.secret, filepath.Join(dir, kind.secret), kind.provider.host)
+	iostreams.Say(prompt, "stored %s in %s; sessions add it for %s", kind.secret, filepath.Join(dir, kind.secret), kind.provider.host)
 	if _, ok := set.lookup(kind.env); ok {
-		say(prompt, "%s is set in your environment, which sessions use first", kind.env)
+		iostreams.Say(prompt, "%s is set in your environment, which sessions use first", kind.env)
 	}
 	return nil
 }
@@ -214,7 +215,7 @@ func secretList(set settings, args []string, out, errOut io.Writer) error {
 			err = checkSecretFile(filepath.Join(dir, name), fi)
 		}
 		if err != nil {
-			say(errOut, "%v", err)
+			iostreams.Say(errOut, "%v", err)
 			result = reported(exitRefused)
 		}
 	}
@@ -235,6 +236,6 @@ func secretRemove(set settings, args []string, errOut io.Writer) error {
 		}
 		return refusef("cannot remove %s: %v", path, err)
 	}
-	say(errOut, "removed %s", args[0])
+	iostreams.Say(errOut, "removed %s", args[0])
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/trace"
 	"github.com/containers/podman/v5/pkg/bindings"
 )
 
@@ -38,20 +40,17 @@ type service struct {
 // openService starts using the shared podman API service for a session or
 // a command, and pushes what ends that use onto undo. The context it
 // returns talks to the service and ends with ctx.
-func openService(ctx context.Context, set settings, runtimeDir string, trace *tracer, undo *cleanupStack) (context.Context, engine, error) {
-	done := trace.step("podman service start")
-	conn, eng, stop, err := startService(ctx, set.podman, runtimeDir, agentWritableCwd(set), trace.out)
+func openService(ctx context.Context, set settings, runtimeDir string, trace *trace.Tracer, undo *cleanupStack) (context.Context, engine, error) {
+	done := trace.Step("podman service start")
+	conn, eng, stop, err := startService(ctx, set.podman, runtimeDir, agentWritableCwd(set), trace.Out, trace)
 	done()
 	undo.push("the podman API service", func(context.Context) error {
-		defer trace.step("podman service release")()
+		defer trace.Step("podman service release")()
 		stop()
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
-	}
-	if trace.on {
-		eng = tracedEngine{eng, trace}
 	}
 	opCtx, cancel := context.WithCancel(conn)
 	context.AfterFunc(ctx, cancel)
@@ -69,7 +68,7 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 	}
 	name := newSessionName()
 	var undo cleanupStack
-	opCtx, eng, err := openService(ctx, set, runtimeDir, newTracer(set.trace, out), &undo)
+	opCtx, eng, err := openService(ctx, set, runtimeDir, trace.New(set.trace, out), &undo)
 	if err == nil {
 		err = fn(opCtx, eng, runtimeDir, name)
 	}
@@ -86,7 +85,7 @@ func withCommandService(ctx context.Context, set settings, out io.Writer, fn fun
 // session runs one) and connects to it; ctx's end gives up the wait for
 // it. The returned stop func is never nil and must be called even on
 // error: it lets go of the service, which stops if nobody else uses it.
-func startService(ctx context.Context, podman, runtimeDir, cwd string, out io.Writer) (context.Context, engine, func(), error) {
+func startService(ctx context.Context, podman, runtimeDir, cwd string, out io.Writer, tracer *trace.Tracer) (context.Context, engine, func(), error) {
 	lease, err := apiservice.Acquire(ctx, apiservice.Spec{Podman: podman, RuntimeDir: runtimeDir, Env: os.Environ(), Cwd: cwd})
 	if err != nil {
 		var se *apiservice.StartError
@@ -104,7 +103,11 @@ func startService(ctx context.Context, podman, runtimeDir, cwd string, out io.Wr
 		return nil, nil, s.stop, err
 	}
 	go s.watch(lease.Exited())
-	return conn, serviceEngine{podmanEngine{}, s}, s.stop, nil
+	var traced *trace.Tracer
+	if tracer.On {
+		traced = tracer
+	}
+	return conn, serviceEngine{podmanEngine{trace: traced}, s}, s.stop, nil
 }
 
 // tooOld is how the bindings refuse a service older than their minimum.
@@ -168,7 +171,7 @@ func (s *service) watch(exited <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.lease.Restart(ctx); err != nil {
-		say(s.out, "cannot start a podman service for teardown: %v", err)
+		iostreams.Say(s.out, "cannot start a podman service for teardown: %v", err)
 	}
 }
 
@@ -178,7 +181,7 @@ func (s *service) stop() {
 	s.stopping = true
 	s.mu.Unlock()
 	if _, err := s.lease.Release(); err != nil {
-		say(s.out, "cannot stop the podman service: %v", err)
+		iostreams.Say(s.out, "cannot stop the podman service: %v", err)
 	}
 }
 
@@ -226,17 +229,17 @@ func isConnError(err error) bool {
 // serviceEngine ends the session with a clear error when the service dies,
 // and makes teardown calls again through its replacement.
 type serviceEngine struct {
-	engine
+	podmanEngine
 	s *service
 }
 
 // ContainerRun ends when the service dies: the bindings retry a broken
 // request, which would reach the replacement and leave the agent running
 // with its terminal gone.
-func (e serviceEngine) ContainerRun(ctx context.Context, name string, tty bool) (int, error) {
+func (e serviceEngine) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error) {
 	rctx, cancel := e.untilDeath(ctx)
 	defer cancel()
-	code, err := e.engine.ContainerRun(rctx, name, tty)
+	code, err := e.podmanEngine.ContainerRun(rctx, name, streams, tty)
 	if e.s.lost(err) || e.s.isDead() {
 		return code, e.s.diedErr
 	}
@@ -246,7 +249,7 @@ func (e serviceEngine) ContainerRun(ctx context.Context, name string, tty bool) 
 func (e serviceEngine) ContainerWait(ctx context.Context, name string) error {
 	wctx, cancel := e.untilDeath(ctx)
 	defer cancel()
-	err := e.engine.ContainerWait(wctx, name)
+	err := e.podmanEngine.ContainerWait(wctx, name)
 	if e.s.lost(err) || e.s.isDead() {
 		return e.s.diedErr
 	}
@@ -277,17 +280,17 @@ func (e serviceEngine) again(call func() error) error {
 }
 
 func (e serviceEngine) ContainerStop(ctx context.Context, name string, timeout time.Duration) error {
-	return e.again(func() error { return e.engine.ContainerStop(ctx, name, timeout) })
+	return e.again(func() error { return e.podmanEngine.ContainerStop(ctx, name, timeout) })
 }
 
 func (e serviceEngine) ContainerRemove(ctx context.Context, name string) error {
-	return e.again(func() error { return e.engine.ContainerRemove(ctx, name) })
+	return e.again(func() error { return e.podmanEngine.ContainerRemove(ctx, name) })
 }
 
 func (e serviceEngine) PodRemove(ctx context.Context, name string) error {
-	return e.again(func() error { return e.engine.PodRemove(ctx, name) })
+	return e.again(func() error { return e.podmanEngine.PodRemove(ctx, name) })
 }
 
 func (e serviceEngine) NetworkRemove(ctx context.Context, name string) error {
-	return e.again(func() error { return e.engine.NetworkRemove(ctx, name) })
+	return e.again(func() error { return e.podmanEngine.NetworkRemove(ctx, name) })
 }

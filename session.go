@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
+	"github.com/agent-sandbox/agent-sandbox/internal/trace"
 	"go.podman.io/common/libnetwork/types"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/term"
 )
 
 const (
@@ -161,7 +162,7 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	// The API service starts beside the checks and the launch dir's scan,
 	// which do not need it: its start is no longer added to theirs. A
 	// refusal lets go of it unused.
-	svc := startServiceEarly(ctx, set, runtimeDir, newTracer(set.trace, out))
+	svc := startServiceEarly(ctx, set, runtimeDir, trace.New(set.trace, out))
 	cfg, err := prepare(set, out, la, name)
 	if err != nil {
 		svc.abandon()
@@ -195,7 +196,7 @@ type earlyService struct {
 	err    error
 }
 
-func startServiceEarly(ctx context.Context, set settings, runtimeDir string, trace *tracer) *earlyService {
+func startServiceEarly(ctx context.Context, set settings, runtimeDir string, trace *trace.Tracer) *earlyService {
 	sctx, cancel := context.WithCancel(ctx)
 	e := &earlyService{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -266,20 +267,20 @@ func (s *session) makeDirs(runtimeDir string) error {
 	s.cfg.tmp = tmp
 	cred, warnings, err := credentialsFor(s.set, s.cfg.env, runtimeDir, s.cfg.name)
 	for _, w := range warnings {
-		say(s.out, "%s", w)
+		iostreams.Say(s.out, "%s", w)
 	}
 	if err != nil {
 		return refused(err)
 	}
 	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
-		say(s.out, "%s", w)
+		iostreams.Say(s.out, "%s", w)
 	}
 	cred.forge = cred.forge.withRepos(s.cfg.project.tree, s.cfg.repos)
 	if line := cred.forge.startLine(); line != "" {
-		say(s.out, "%s", line)
+		iostreams.Say(s.out, "%s", line)
 	}
 	if len(cred.creds) > 0 && len(cred.apiAllow) > 0 {
-		say(s.out, "the API rules %s are off (AGENT_SANDBOX_API_ALLOW): requests signed with your key may make the provider reach out where the agent says", strings.Join(cred.apiAllow, ", "))
+		iostreams.Say(s.out, "the API rules %s are off (AGENT_SANDBOX_API_ALLOW): requests signed with your key may make the provider reach out where the agent says", strings.Join(cred.apiAllow, ", "))
 	}
 	if cred.dir != "" {
 		s.undo.push("the credential dir "+cred.dir, func(context.Context) error { return os.RemoveAll(cred.dir) })
@@ -520,7 +521,7 @@ var readyTimeout = 10 * time.Second
 // helper that never gets ready refuses the session with its log's lines
 // that say why.
 func (s *session) startReady(ctx context.Context, name, ready string) error {
-	err := s.eng.ContainerStartReady(ctx, name, ready)
+	err := s.eng.ContainerStartReady(ctx, name, ready, readyTimeout)
 	if err == nil || ctx.Err() != nil || !errors.Is(err, errNotReady) {
 		return err
 	}
@@ -547,19 +548,19 @@ func (s *session) run(ctx context.Context) error {
 	}
 	// Said once the session runs: a refusal stays one line.
 	if s.cfg.limitsNote != "" {
-		say(s.out, "%s", s.cfg.limitsNote)
+		iostreams.Say(s.out, "%s", s.cfg.limitsNote)
 	}
 	if l := unreadHosts(s.cfg.cred, s.cfg.entries); l != "" {
-		say(s.out, "%s", l)
+		iostreams.Say(s.out, "%s", l)
 	}
 	for _, p := range s.cfg.published {
-		say(s.out, "published: %s reaches port %d in the sandbox (a browser must use this name; scripts may use 127.0.0.1:%d)", p.url(publishedName(s.cfg.launchDir)), p.sandbox, p.host)
+		iostreams.Say(s.out, "published: %s reaches port %d in the sandbox (a browser must use this name; scripts may use 127.0.0.1:%d)", p.url(publishedName(s.cfg.launchDir)), p.sandbox, p.host)
 	}
 	if l := agentHostsLine(s.cfg.agent, s.cfg.agentHosts, s.cfg.listed); l != "" {
-		say(s.out, "%s", l)
+		iostreams.Say(s.out, "%s", l)
 	}
 	s.agentStarted = true
-	code, err := runAgent(ctx, s.eng, s.names, s.cfg.tty, s.stopOnRequest)
+	code, err := runAgent(ctx, s.eng, s.names, s.set.streams, s.cfg.tty, s.stopOnRequest)
 	s.agentExited = err == nil
 	if err == nil {
 		return agentExit(code)
@@ -582,7 +583,7 @@ func (s *session) stopOnRequest(ctx context.Context) {
 		return
 	case <-s.set.stopRequests:
 	}
-	say(s.out, "stopping the agent: agent-sandbox stop was run for this session")
+	iostreams.Say(s.out, "stopping the agent: agent-sandbox stop was run for this session")
 	for ctx.Err() == nil {
 		if s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout) == nil {
 			return
@@ -601,7 +602,7 @@ func (h helperDied) Error() string { return "the " + h.what + " (" + h.name + ")
 
 // runAgent runs the agent while watching the router and the forwarder: if
 // either stops, egress is already closed, and the agent is stopped too.
-func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool, stopOnRequest func(context.Context)) (int, error) {
+func runAgent(ctx context.Context, eng engine, names sessionNames, streams *iostreams.Streams, tty bool, stopOnRequest func(context.Context)) (int, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go stopOnRequest(runCtx)
@@ -616,7 +617,7 @@ func runAgent(ctx context.Context, eng engine, names sessionNames, tty bool, sto
 			}
 		}()
 	}
-	code, err := eng.ContainerRun(runCtx, names.agent, tty)
+	code, err := eng.ContainerRun(runCtx, names.agent, streams, tty)
 	if cause := context.Cause(runCtx); err != nil && cause != nil && ctx.Err() == nil {
 		return code, cause
 	}
@@ -689,7 +690,7 @@ func (s *session) handBack(result error) {
 	}
 	report(s.out, result)
 	if err := s.set.keeper.HandBack(exitCode(result), teardownLog(s.set.runtimeDir)); err != nil {
-		say(s.out, "%v", err)
+		iostreams.Say(s.out, "%v", err)
 	}
 }
 
@@ -710,7 +711,7 @@ func (s *session) endAgent(ctx context.Context) bool {
 		// Cut: longer than the tail read, or started over by conmon past
 		// its size. A flood (of lookups, say) must not hide what came
 		// before it without a word.
-		say(s.out, "the router's log does not reach back to its start (longer than %d lines, or past its size): what follows covers the session's end only (the agent may have flooded it)", routerReportLines)
+		iostreams.Say(s.out, "the router's log does not reach back to its start (longer than %d lines, or past its size): what follows covers the session's end only (the agent may have flooded it)", routerReportLines)
 	}
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
@@ -721,7 +722,7 @@ func (s *session) endAgent(ctx context.Context) bool {
 		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
 	}
 	for _, l := range <-left {
-		say(s.out, "%s", l)
+		iostreams.Say(s.out, "%s", l)
 	}
 	return gone
 }
@@ -741,7 +742,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 		return cfg, err
 	}
 	for _, w := range allowlist.Lint(cfg.entries) {
-		say(out, "%s", w)
+		iostreams.Say(out, "%s", w)
 	}
 	if cfg.upstreamDNS, cfg.upstreamAllow, err = set.upstream(); err != nil {
 		return cfg, err
@@ -757,7 +758,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	if cfg.limits, cfg.host, cfg.limitsNote, err = sessionLimits(set.machine(), la); err != nil {
 		return cfg, err
 	}
-	cfg.tty = term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	cfg.tty = set.streams.Interactive()
 	return cfg, nil
 }
 
@@ -803,9 +804,4 @@ func checkedLaunchDir(set settings) (string, error) {
 		return "", err
 	}
 	return dir, nil
-}
-
-// say writes one line for the user, with the prefix.
-func say(w io.Writer, format string, a ...any) {
-	fmt.Fprintf(w, "agent-sandbox: "+format+"\n", a...)
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 )
@@ -59,6 +60,9 @@ type settings struct {
 	// stopRequests are `agent-sandbox stop`'s: the agent is stopped and
 	// the session ends as when it exits.
 	stopRequests <-chan os.Signal
+	// streams are the command's stdin, stdout and stderr, and the terminal
+	// behind them: the agent's, when a session attaches it.
+	streams *iostreams.Streams
 }
 
 // newSettings reads the environment through getenv.
@@ -87,6 +91,8 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.agent = get("AGENT_SANDBOX_AGENT")
 	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
 	s.machine = probeMachine
+	// The process's own, until the caller gives the command its streams.
+	s.streams = iostreams.System()
 	return s
 }
 

@@ -32,6 +32,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 // envFD names the keeper's end of the pipe in its environment; the
@@ -57,7 +59,7 @@ var Forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 func Foreground(args []string, stdin, stdout, stderr *os.File, interrupted int) int {
 	r, w, err := os.Pipe()
 	if err != nil {
-		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		iostreams.Say(stderr, "cannot start the session: %v", err)
 		return 125
 	}
 	// The liveness pipe: we hold its only writer (close-on-exec, so the
@@ -66,7 +68,7 @@ func Foreground(args []string, stdin, stdout, stderr *os.File, interrupted int) 
 	if err != nil {
 		r.Close()
 		w.Close()
-		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		iostreams.Say(stderr, "cannot start the session: %v", err)
 		return 125
 	}
 	defer aliveW.Close()
@@ -86,7 +88,7 @@ func Foreground(args []string, stdin, stdout, stderr *os.File, interrupted int) 
 	aliveR.Close()
 	if err != nil {
 		r.Close()
-		fmt.Fprintf(stderr, "agent-sandbox: cannot start the session: %v\n", err)
+		iostreams.Say(stderr, "cannot start the session: %v", err)
 		return 125
 	}
 	go func() {
