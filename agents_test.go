@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,8 +112,8 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 	a, _ := lookupAgent("codex", "--agent")
 	cfg.agent, cfg.image = a, a.imageName()
 	var modes = map[string]os.FileMode{}
-	eng.buildHook = func(b imageBuild) {
-		_ = filepath.Walk(b.contextDir, func(p string, fi os.FileInfo, err error) error {
+	eng.buildHook = func(b podman.ImageBuild) {
+		_ = filepath.Walk(b.ContextDir, func(p string, fi os.FileInfo, err error) error {
 			if err == nil && !fi.IsDir() {
 				modes[filepath.Base(p)] = fi.Mode().Perm()
 			}
@@ -122,11 +123,11 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 	if code, out := runSession(context.Background(), eng, cfg); code != 7 {
 		t.Fatalf("exit %d\n%s", code, out())
 	}
-	if len(eng.builds) != 2 || eng.builds[0].tag != devSandbox || eng.builds[1].tag != "localhost/agent-sandbox-codex:dev" {
+	if len(eng.builds) != 2 || eng.builds[0].Tag != devSandbox || eng.builds[1].Tag != "localhost/agent-sandbox-codex:dev" {
 		t.Fatalf("builds %+v: want the sandbox image, then codex's on it", eng.builds)
 	}
-	if b := eng.builds[1]; b.args["BASE"] != devSandbox {
-		t.Errorf("codex image BASE = %q, want the sandbox image", b.args["BASE"])
+	if b := eng.builds[1]; b.Args["BASE"] != devSandbox {
+		t.Errorf("codex image BASE = %q, want the sandbox image", b.Args["BASE"])
 	}
 	if modes["codex"] != 0o755 || modes["Containerfile"] != 0o644 {
 		t.Errorf("context modes %v: the wrapper script must run", modes)

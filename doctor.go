@@ -19,6 +19,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/blang/semver/v4"
 	"github.com/spf13/cobra"
 )
@@ -238,7 +239,7 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 }
 
 // podmanFix is how to get a recent enough podman.
-const podmanFix = "install podman " + minPodman + " or newer, for example: sudo apt-get install podman uidmap slirp4netns fuse-overlayfs netavark aardvark-dns"
+const podmanFix = "install podman " + podman.MinVersion + " or newer, for example: sudo apt-get install podman uidmap slirp4netns fuse-overlayfs netavark aardvark-dns"
 
 // checkPodman finds podman and checks its version; it returns the binary
 // the other checks run.
@@ -262,8 +263,8 @@ func checkPodman(ctx context.Context, env doctorEnv) (string, checkResult) {
 	if err != nil {
 		return "", checkFailed("podman", fmt.Sprintf("%s reports version %q, which is not a version number", path, raw), podmanFix)
 	}
-	if v.LT(semver.MustParse(minPodman)) {
-		return "", checkFailed("podman", fmt.Sprintf("%s is version %s; agent-sandbox needs %s or newer", path, raw, minPodman), podmanFix)
+	if v.LT(semver.MustParse(podman.MinVersion)) {
+		return "", checkFailed("podman", fmt.Sprintf("%s is version %s; agent-sandbox needs %s or newer", path, raw, podman.MinVersion), podmanFix)
 	}
 	return path, checkPassed("podman", raw+" at "+path)
 }
@@ -503,4 +504,19 @@ func checkLimits(m machine) checkResult {
 	return checkResult{what: "limits", warning: true,
 		problem: fmt.Sprintf("the agent's %s limits are not enforced: %s (its limit of %d processes holds through RLIMIT_NPROC; --memory and --cpus refuse to start)", limits.Names(kinds), why, l.Pids),
 		fix:     fix}
+}
+
+// limitedWriter keeps the first n bytes, enough for an error message.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/containers/podman/v5/pkg/specgen"
 	"go.podman.io/common/libnetwork/types"
 )
@@ -32,7 +33,7 @@ type fakeEngine struct {
 	// notReady names a helper container that exits before it is ready.
 	notReady string
 	// buildHook sees each build while its context exists.
-	buildHook func(imageBuild)
+	buildHook func(podman.ImageBuild)
 	// logLines records how many lines each ContainerLogs asked for.
 	logLines map[string][]int
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
@@ -48,15 +49,15 @@ type fakeEngine struct {
 	missingImages map[string]bool
 	// builds are the image builds asked for; buildOutput is what each
 	// writes as podman's output.
-	builds      []imageBuild
+	builds      []podman.ImageBuild
 	buildOutput string
 	// logs are containers' logs; any other container logs a fake line.
 	logs map[string]string
 	// foreignVolumes exist without agent-sandbox's label, with these users.
 	foreignVolumes map[string][]string
 	// labelled is what ListLabelled returns, volumes what ListVolumes does.
-	labelled []labelledObject
-	volumes  []volumeInfo
+	labelled []podman.Object
+	volumes  []podman.VolumeInfo
 
 	networks   map[string]*types.Network
 	containers map[string]*specgen.SpecGenerator
@@ -125,21 +126,21 @@ func (f *fakeEngine) NetworkRemove(_ context.Context, name string) error {
 	return f.record("NetworkRemove", name)
 }
 
-func (f *fakeEngine) VolumeInspect(ctx context.Context, name string) (volumeInfo, bool, error) {
+func (f *fakeEngine) VolumeInspect(ctx context.Context, name string) (podman.VolumeInfo, bool, error) {
 	if err := f.create(ctx, "VolumeInspect", name); err != nil {
-		return volumeInfo{}, false, err
+		return podman.VolumeInfo{}, false, err
 	}
 	_, ok := f.foreignVolumes[name]
-	return volumeInfo{name: name}, ok, nil
+	return podman.VolumeInfo{Name: name}, ok, nil
 }
 
-func (f *fakeEngine) VolumeUsers(ctx context.Context, name string) ([]labelledObject, error) {
+func (f *fakeEngine) VolumeUsers(ctx context.Context, name string) ([]podman.Object, error) {
 	if err := f.create(ctx, "VolumeUsers", name); err != nil {
 		return nil, err
 	}
-	var out []labelledObject
+	var out []podman.Object
 	for _, u := range f.foreignVolumes[name] {
-		out = append(out, labelledObject{kind: "container", name: u})
+		out = append(out, podman.Object{Kind: "container", Name: u})
 	}
 	return out, nil
 }
@@ -163,7 +164,7 @@ func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string
 		return err
 	}
 	if f.notReady == name {
-		return fmt.Errorf("%s exited before it was ready: %w", name, errNotReady)
+		return fmt.Errorf("%s exited before it was ready: %w", name, podman.ErrNotReady)
 	}
 	return nil
 }
@@ -228,14 +229,14 @@ func (f *fakeEngine) ContainerWait(ctx context.Context, name string) error {
 	}
 }
 
-func (f *fakeEngine) ListLabelled(ctx context.Context, label string) ([]labelledObject, error) {
+func (f *fakeEngine) ListLabelled(ctx context.Context, label string) ([]podman.Object, error) {
 	if err := f.create(ctx, "ListLabelled", label); err != nil {
 		return nil, err
 	}
 	return f.labelled, nil
 }
 
-func (f *fakeEngine) ListVolumes(_ context.Context, label string) ([]volumeInfo, error) {
+func (f *fakeEngine) ListVolumes(_ context.Context, label string) ([]podman.VolumeInfo, error) {
 	if err := f.record("ListVolumes", label); err != nil {
 		return nil, err
 	}
@@ -253,18 +254,18 @@ func (f *fakeEngine) ImageExists(ctx context.Context, name string) (bool, error)
 	return !f.missingImages[name], nil
 }
 
-func (f *fakeEngine) ImageBuild(ctx context.Context, b imageBuild, out io.Writer) error {
+func (f *fakeEngine) ImageBuild(ctx context.Context, b podman.ImageBuild, out io.Writer) error {
 	_, _ = io.WriteString(out, f.buildOutput)
 	if f.buildHook != nil {
 		f.buildHook(b)
 	}
-	if err := f.create(ctx, "ImageBuild", b.tag); err != nil {
+	if err := f.create(ctx, "ImageBuild", b.Tag); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.builds = append(f.builds, b)
-	delete(f.missingImages, b.tag)
+	delete(f.missingImages, b.Tag)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"io"
 	"os"
@@ -15,15 +16,6 @@ import (
 	"strings"
 	"time"
 )
-
-// labelledObject is a podman object that carries a session label.
-type labelledObject struct {
-	kind   string // "pod", "container" or "network"
-	name   string
-	labels map[string]string
-	// running is set for containers that run now.
-	running bool
-}
 
 // ownerID names the launcher process that owns a session: its pid and its
 // start time, so that a reused pid is not mistaken for the owner.
@@ -66,10 +58,10 @@ func ownerAlive(owner string) bool {
 // staleSessions groups labelled objects by session and returns the
 // sessions whose owner is gone, each with its objects in removal order:
 // pods, then containers, then networks.
-func staleSessions(objs []labelledObject, alive func(owner string) bool) map[string][]labelledObject {
-	stale := map[string][]labelledObject{}
+func staleSessions(objs []podman.Object, alive func(owner string) bool) map[string][]podman.Object {
+	stale := map[string][]podman.Object{}
 	for _, o := range objs {
-		session, owner := o.labels[labelSession], o.labels[labelOwner]
+		session, owner := o.Labels[labelSession], o.Labels[labelOwner]
 		if session == "" || owner == "" || alive(owner) {
 			continue
 		}
@@ -77,7 +69,7 @@ func staleSessions(objs []labelledObject, alive func(owner string) bool) map[str
 	}
 	rank := map[string]int{"pod": 0, "container": 1, "network": 2}
 	for _, list := range stale {
-		sort.SliceStable(list, func(i, j int) bool { return rank[list[i].kind] < rank[list[j].kind] })
+		sort.SliceStable(list, func(i, j int) bool { return rank[list[i].Kind] < rank[list[j].Kind] })
 	}
 	return stale
 }
@@ -96,7 +88,7 @@ func collectGarbage(ctx context.Context, eng engine, runtimeDir string) ([]strin
 // removeStale removes the objects in objs whose session's launcher died,
 // and their temp dirs. It returns what it removed, and names what it could
 // not.
-func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtimeDir string) ([]string, error) {
+func removeStale(ctx context.Context, eng engine, objs []podman.Object, runtimeDir string) ([]string, error) {
 	var (
 		removed []string
 		failed  []error
@@ -113,19 +105,19 @@ func removeStale(ctx context.Context, eng engine, objs []labelledObject, runtime
 	for _, s := range sessions {
 		for _, o := range stale[s] {
 			var err error
-			switch o.kind {
+			switch o.Kind {
 			case "pod":
-				err = eng.PodRemove(ctx, o.name)
+				err = eng.PodRemove(ctx, o.Name)
 			case "container":
-				err = eng.ContainerRemove(ctx, o.name)
+				err = eng.ContainerRemove(ctx, o.Name)
 			case "network":
-				err = removeNetworkOnceFree(ctx, eng, o.name)
+				err = removeNetworkOnceFree(ctx, eng, o.Name)
 			}
 			if err != nil {
-				failed = append(failed, cleanupFailed{o.kind + " " + o.name, err})
+				failed = append(failed, cleanupFailed{o.Kind + " " + o.Name, err})
 				continue
 			}
-			removed = append(removed, o.kind+" "+o.name)
+			removed = append(removed, o.Kind+" "+o.Name)
 		}
 	}
 	removed = append(removed, removeStaleDirs(runtimeDir)...)

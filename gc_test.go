@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,13 +52,13 @@ func TestStaleSessionsTouchOnlyDeadOwners(t *testing.T) {
 	lbl := func(session, owner string) map[string]string {
 		return map[string]string{labelSession: session, labelOwner: owner}
 	}
-	objs := []labelledObject{
-		{"network", "s1", lbl("s1", "1@1"), false},
-		{"container", "s1-router", lbl("s1", "1@1"), false},
-		{"pod", "s1", lbl("s1", "1@1"), false},
-		{"pod", "s2", lbl("s2", "2@2"), false},
-		{"container", "other", map[string]string{labelSession: "s3"}, false},
-		{"container", "unlabelled", nil, false},
+	objs := []podman.Object{
+		{Kind: "network", Name: "s1", Labels: lbl("s1", "1@1"), Running: false},
+		{Kind: "container", Name: "s1-router", Labels: lbl("s1", "1@1"), Running: false},
+		{Kind: "pod", Name: "s1", Labels: lbl("s1", "1@1"), Running: false},
+		{Kind: "pod", Name: "s2", Labels: lbl("s2", "2@2"), Running: false},
+		{Kind: "container", Name: "other", Labels: map[string]string{labelSession: "s3"}, Running: false},
+		{Kind: "container", Name: "unlabelled", Labels: nil, Running: false},
 	}
 	stale := staleSessions(objs, alive)
 	if len(stale) != 1 {
@@ -65,7 +66,7 @@ func TestStaleSessionsTouchOnlyDeadOwners(t *testing.T) {
 	}
 	var order []string
 	for _, o := range stale["s1"] {
-		order = append(order, o.kind)
+		order = append(order, o.Kind)
 	}
 	if !slices.Equal(order, []string{"pod", "container", "network"}) {
 		t.Fatalf("removal order = %v", order)
@@ -96,11 +97,11 @@ func TestCollectGarbage(t *testing.T) {
 		must(t, os.Mkdir(filepath.Join(runtimeDir, d), 0o700))
 	}
 	eng := newFakeEngine()
-	eng.labelled = []labelledObject{
-		{"container", "dead-router", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
-		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
-		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
-		{"pod", "live", map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}, false},
+	eng.labelled = []podman.Object{
+		{Kind: "container", Name: "dead-router", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}, Running: false},
+		{Kind: "pod", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}, Running: false},
+		{Kind: "network", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}, Running: false},
+		{Kind: "pod", Name: "live", Labels: map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}, Running: false},
 	}
 	removed, err := collectGarbage(context.Background(), eng, runtimeDir)
 	if err != nil {
@@ -133,9 +134,9 @@ func TestCollectGarbageReportsWhatItCouldNotRemove(t *testing.T) {
 	deadOwner := strconv.Itoa(cmd.Process.Pid) + "@1"
 	eng := newFakeEngine()
 	eng.failOn = "PodRemove dead"
-	eng.labelled = []labelledObject{
-		{"pod", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
-		{"network", "dead", map[string]string{labelSession: "dead", labelOwner: deadOwner}, false},
+	eng.labelled = []podman.Object{
+		{Kind: "pod", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}, Running: false},
+		{Kind: "network", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}, Running: false},
 	}
 	removed, err := collectGarbage(context.Background(), eng, t.TempDir())
 	if !slices.Equal(removed, []string{"network dead"}) {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,14 +58,14 @@ func homeVolumeFor(flag, env, dir string) (string, map[string]string) {
 }
 
 // orphanHomes are the project homes whose project directory is gone.
-func orphanHomes(vols []volumeInfo, exists func(string) bool) []volumeInfo {
-	var out []volumeInfo
+func orphanHomes(vols []podman.VolumeInfo, exists func(string) bool) []podman.VolumeInfo {
+	var out []podman.VolumeInfo
 	for _, v := range vols {
-		if dir := v.labels[labelProject]; dir != "" && !exists(dir) {
+		if dir := v.Labels[labelProject]; dir != "" && !exists(dir) {
 			out = append(out, v)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -83,14 +84,14 @@ func collectHomes(ctx context.Context, eng engine, out io.Writer, remove bool) e
 	var failed []string
 	for _, v := range orphanHomes(vols, dirExists) {
 		if !remove {
-			fmt.Fprintf(out, "home %s of %s, which no longer exists (agent-sandbox gc --homes removes it)\n", v.name, v.labels[labelProject])
+			fmt.Fprintf(out, "home %s of %s, which no longer exists (agent-sandbox gc --homes removes it)\n", v.Name, v.Labels[labelProject])
 			continue
 		}
-		if err := eng.VolumeRemove(ctx, v.name); err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", v.name, err))
+		if err := eng.VolumeRemove(ctx, v.Name); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", v.Name, err))
 			continue
 		}
-		fmt.Fprintf(out, "removed home %s of %s\n", v.name, v.labels[labelProject])
+		fmt.Fprintf(out, "removed home %s of %s\n", v.Name, v.Labels[labelProject])
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("could not remove %s", strings.Join(failed, "; "))

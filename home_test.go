@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"io"
 	"maps"
@@ -47,10 +48,10 @@ func TestHomeVolumeForPrefersFlagThenEnvironment(t *testing.T) {
 
 func TestGCListsAndRemovesHomesOfProjectsThatAreGone(t *testing.T) {
 	live := t.TempDir()
-	vols := []volumeInfo{
-		{"agent-sandbox-home-live-1", map[string]string{labelProject: live}},
-		{"agent-sandbox-home-gone-2", map[string]string{labelProject: live + "/gone"}},
-		{"shared", map[string]string{labelShared: "true"}},
+	vols := []podman.VolumeInfo{
+		{Name: "agent-sandbox-home-live-1", Labels: map[string]string{labelProject: live}},
+		{Name: "agent-sandbox-home-gone-2", Labels: map[string]string{labelProject: live + "/gone"}},
+		{Name: "shared", Labels: map[string]string{labelShared: "true"}},
 	}
 	eng := newFakeEngine()
 	eng.volumes = vols

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
 // The images' build contexts travel inside the binary, so that a machine
@@ -225,16 +226,16 @@ func writeContext(parent, prefix string, im sessionImage) (string, error) {
 }
 
 // buildSpec is what a build of im is given.
-func buildSpec(im sessionImage, baseImage, contextDir string, noCache bool) imageBuild {
-	b := imageBuild{
-		tag:        im.name,
-		contextDir: contextDir,
-		args:       map[string]string{"BASE": baseImage},
-		noCache:    noCache,
+func buildSpec(im sessionImage, baseImage, contextDir string, noCache bool) podman.ImageBuild {
+	b := podman.ImageBuild{
+		Tag:        im.name,
+		ContextDir: contextDir,
+		Args:       map[string]string{"BASE": baseImage},
+		NoCache:    noCache,
 	}
 	if im.hostCA {
 		if fi, err := os.Stat(hostCABundle); err == nil && fi.Mode().IsRegular() {
-			b.secrets = []string{"id=hostca,src=" + hostCABundle}
+			b.Secrets = []string{"id=hostca,src=" + hostCABundle}
 		}
 	}
 	return b

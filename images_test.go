@@ -87,14 +87,14 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 			}
 			checkTeardown(t, eng.calls, "")
 			for _, b := range eng.builds {
-				if b.args["BASE"] != defaultBaseImage {
-					t.Errorf("%s: BASE = %q, want %s", b.tag, b.args["BASE"], defaultBaseImage)
+				if b.Args["BASE"] != defaultBaseImage {
+					t.Errorf("%s: BASE = %q, want %s", b.Tag, b.Args["BASE"], defaultBaseImage)
 				}
-				if _, err := os.Stat(b.contextDir); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("%s: build context %s left behind (%v)", b.tag, b.contextDir, err)
+				if _, err := os.Stat(b.ContextDir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s: build context %s left behind (%v)", b.Tag, b.ContextDir, err)
 				}
-				if !strings.HasPrefix(b.contextDir, os.Getenv("XDG_RUNTIME_DIR")+"/"+testSession+".") {
-					t.Errorf("%s: context %s is not a session dir under XDG_RUNTIME_DIR, which gc would clean", b.tag, b.contextDir)
+				if !strings.HasPrefix(b.ContextDir, os.Getenv("XDG_RUNTIME_DIR")+"/"+testSession+".") {
+					t.Errorf("%s: context %s is not a session dir under XDG_RUNTIME_DIR, which gc would clean", b.Tag, b.ContextDir)
 				}
 			}
 			for _, m := range missing {
@@ -120,14 +120,14 @@ func TestBuildSpecPassesBaseAndHostCA(t *testing.T) {
 		}
 	}
 	b := buildSpec(sandbox, newSettings(os.LookupEnv).baseImage, "/ctx", true)
-	if b.tag != sandbox.name || b.contextDir != "/ctx" || !b.noCache || b.args["BASE"] != "localhost/my-base:1" {
+	if b.Tag != sandbox.name || b.ContextDir != "/ctx" || !b.NoCache || b.Args["BASE"] != "localhost/my-base:1" {
 		t.Errorf("sandbox build = %+v", b)
 	}
 	_, err := os.Stat(hostCABundle)
-	if wantCA := err == nil; wantCA != slices.Equal(b.secrets, []string{"id=hostca,src=" + hostCABundle}) {
-		t.Errorf("sandbox secrets = %v with the host bundle present=%v", b.secrets, wantCA)
+	if wantCA := err == nil; wantCA != slices.Equal(b.Secrets, []string{"id=hostca,src=" + hostCABundle}) {
+		t.Errorf("sandbox secrets = %v with the host bundle present=%v", b.Secrets, wantCA)
 	}
-	if r := buildSpec(router, defaultBaseImage, "/ctx", false); len(r.secrets) != 0 || r.noCache {
+	if r := buildSpec(router, defaultBaseImage, "/ctx", false); len(r.Secrets) != 0 || r.NoCache {
 		t.Errorf("router build = %+v: it needs no secret", r)
 	}
 }

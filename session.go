@@ -15,6 +15,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"github.com/agent-sandbox/agent-sandbox/internal/trace"
 	"go.podman.io/common/libnetwork/types"
@@ -340,7 +341,7 @@ const collectTimeout = 30 * time.Second
 
 // collectDeadSessions removes, beside this session's start so that it
 // costs none of it, what sessions whose launcher was killed left behind.
-func (s *session) collectDeadSessions(ctx context.Context, labelled []labelledObject, runtimeDir string) {
+func (s *session) collectDeadSessions(ctx context.Context, labelled []podman.Object, runtimeDir string) {
 	// Not the session's own context: once the exit code is handed back, a
 	// signal (a user's kill of the keeper, say) must not cut the
 	// collection short, and the teardown waits for it anyway. Before
@@ -374,7 +375,7 @@ func ensureHome(ctx context.Context, eng engine, name string, labels map[string]
 	if !exists {
 		return eng.VolumeCreate(ctx, name, labels)
 	}
-	if v.labels[labelShared] == "true" {
+	if v.Labels[labelShared] == "true" {
 		return nil
 	}
 	users, err := eng.VolumeUsers(ctx, name)
@@ -383,8 +384,8 @@ func ensureHome(ctx context.Context, eng engine, name string, labels map[string]
 	}
 	var foreign []string
 	for _, u := range users {
-		if u.labels[labelSession] == "" {
-			foreign = append(foreign, u.name)
+		if u.Labels[labelSession] == "" {
+			foreign = append(foreign, u.Name)
 		}
 	}
 	if len(foreign) > 0 {
@@ -522,7 +523,7 @@ var readyTimeout = 10 * time.Second
 // that say why.
 func (s *session) startReady(ctx context.Context, name, ready string) error {
 	err := s.eng.ContainerStartReady(ctx, name, ready, readyTimeout)
-	if err == nil || ctx.Err() != nil || !errors.Is(err, errNotReady) {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, podman.ErrNotReady) {
 		return err
 	}
 	return refusef("%v; its log says:\n%s", err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 200), 10))

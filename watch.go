@@ -46,13 +46,13 @@ func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Tim
 		}
 		for _, o := range objs {
 			// A created router has no log to follow yet: wait until it runs.
-			if o.kind != "container" || !o.running || !strings.HasSuffix(o.name, "-router") || following[o.name] {
+			if o.Kind != "container" || !o.Running || !strings.HasSuffix(o.Name, "-router") || following[o.Name] {
 				continue
 			}
-			following[o.name] = true
-			dir := o.labels[labelDir]
+			following[o.Name] = true
+			dir := o.Labels[labelDir]
 			wg.Go(func() {
-				_ = eng.FollowLogs(ctx, o.name, since, func(line string) {
+				_ = eng.FollowLogs(ctx, o.Name, since, func(line string) {
 					if d, ok := parseDenial(line); ok {
 						emit(dir, d)
 					}

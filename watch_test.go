@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"strings"
 	"sync"
 	"testing"
@@ -30,12 +31,12 @@ func TestWatchDenialsFollowsEveryRouter(t *testing.T) {
 	lbl := func(dir string) map[string]string {
 		return map[string]string{labelSession: "s", labelOwner: "1@1", labelDir: dir}
 	}
-	eng.labelled = []labelledObject{
-		{"container", "s1-router", lbl("/src/one"), true},
-		{"container", "s1-claude", lbl("/src/one"), true},
-		{"pod", "s1", lbl("/src/one"), false},
-		{"container", "s2-router", lbl("/src/two"), true},
-		{"container", "s3-router", lbl("/src/three"), false}, // created, not yet running
+	eng.labelled = []podman.Object{
+		{Kind: "container", Name: "s1-router", Labels: lbl("/src/one"), Running: true},
+		{Kind: "container", Name: "s1-claude", Labels: lbl("/src/one"), Running: true},
+		{Kind: "pod", Name: "s1", Labels: lbl("/src/one"), Running: false},
+		{Kind: "container", Name: "s2-router", Labels: lbl("/src/two"), Running: true},
+		{Kind: "container", Name: "s3-router", Labels: lbl("/src/three"), Running: false}, // created, not yet running
 	}
 	eng.logs = map[string]string{
 		"s1-router": "dnsmasq[1]: config denied.test is NXDOMAIN\ndnsmasq[1]: config allowed.test is 127.0.0.1\n",

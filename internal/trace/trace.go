@@ -17,11 +17,12 @@ type Tracer struct {
 	Out   io.Writer
 }
 
+// New starts the clock; with on false no step is printed.
 func New(on bool, out io.Writer) *Tracer {
 	return &Tracer{start: time.Now(), On: on, Out: out}
 }
 
-// step returns a func that reports the step's duration when called.
+// Step returns a func that reports the step's duration when called.
 func (t *Tracer) Step(name string) func() {
 	if !t.On {
 		return func() {}
