@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"io/fs"
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 )
 
 // Agents by name (--agent, AGENT_SANDBOX_AGENT): each has its command,

@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
-	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
 // blockedHost is a name the agent tried to reach that the allowlist does
@@ -16,16 +17,6 @@ type blockedHost struct {
 	lookups     int // dnsmasq answered NXDOMAIN
 	connections int // nginx closed a TLS connection with this SNI
 }
-
-var (
-	// dnsmasq with log-queries: "config NAME is NXDOMAIN".
-	dnsmasqDenied = regexp.MustCompile(`\bconfig (\S+) is NXDOMAIN$`)
-	// nginx, in router.go's log_format: an SNI without an upstream.
-	nginxDenied = regexp.MustCompile(`\bport=443 sni="([^"]*)" upstream="-"`)
-	// Only plain host names are echoed to the terminal: the names come from
-	// the agent, which could otherwise write escape sequences.
-	printableHost = regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?$`)
-)
 
 // blockedHosts reads the router's log for names the agent was refused,
 // most refused first. Names the allowlist does name (refused for another
@@ -40,18 +31,18 @@ func blockedHosts(routerLog string, entries []allowlist.Entry) (hosts []blockedH
 		return byName[name]
 	}
 	for _, line := range strings.Split(routerLog, "\n") {
-		d, ok := parseDenial(line)
+		d, ok := routerlog.ParseDenial(line)
 		switch {
 		case !ok:
-		case d.lookup:
-			get(d.host).lookups++
+		case d.Lookup:
+			get(d.Host).lookups++
 		default:
-			get(d.host).connections++
+			get(d.Host).connections++
 		}
 	}
 	for name, h := range byName {
 		switch {
-		case !printableHost.MatchString(name):
+		case !routerlog.PrintableHost(name):
 			unprintable++
 		case !allowlist.Allows(name, entries):
 			hosts = append(hosts, *h)
@@ -65,24 +56,6 @@ func blockedHosts(routerLog string, entries []allowlist.Entry) (hosts []blockedH
 		return hosts[i].name < hosts[j].name
 	})
 	return hosts, unprintable
-}
-
-// denial is one refusal in the router's log: a lookup dnsmasq answered
-// NXDOMAIN, or a TLS connection nginx closed for its SNI.
-type denial struct {
-	host   string
-	lookup bool
-}
-
-func parseDenial(line string) (denial, bool) {
-	line = strings.TrimRight(line, "\r")
-	if m := dnsmasqDenied.FindStringSubmatch(line); m != nil {
-		return denial{host: m[1], lookup: true}, true
-	}
-	if m := nginxDenied.FindStringSubmatch(line); m != nil && m[1] != "" && m[1] != "-" {
-		return denial{host: m[1]}, true
-	}
-	return denial{}, false
 }
 
 // blockedSummary is what the user sees on stderr when a session ends;

@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 // runCLI runs `agent-sandbox ARGS...` as main does, with the test's

@@ -1,21 +1,21 @@
 package main
 
 import (
-	"slices"
-
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
-	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
-	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
-	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/apipolicy"
+	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
 
 // Credentials never enter the sandbox. For an API whose credential the user
@@ -619,10 +619,10 @@ func credentialSummary(routerLog string, creds []credential, entries []allowlist
 	}
 	requests, closed := map[string]int{}, map[string]int{}
 	for _, line := range strings.Split(routerLog, "\n") {
-		if m := proxyRequest.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
-			requests[m[1]]++
-		} else if d, ok := parseDenial(line); ok && !d.lookup {
-			closed[strings.TrimSuffix(strings.ToLower(d.host), ".")]++
+		if host, ok := routerlog.CredentialRequest(line); ok {
+			requests[host]++
+		} else if d, ok := routerlog.ParseDenial(line); ok && !d.Lookup {
+			closed[strings.TrimSuffix(strings.ToLower(d.Host), ".")]++
 		}
 	}
 	var lines []string
@@ -646,10 +646,6 @@ func credentialSummary(routerLog string, creds []credential, entries []allowlist
 	return iostreams.Prefixed("the router added your credentials (the agent held placeholders):\n" + strings.Join(lines, ""))
 }
 
-// inspectedRequest is a request through routerd's inspecting proxy, in its
-// log format: the header and query names it removed, never their values.
-var inspectedRequest = regexp.MustCompile(`^inspect host=(\S+) method=\S+ path="(?:[^"\\]|\\.)*" proto=\S+ status=\d+ removed="([^"]*)"$`)
-
 // removedSummary says, at the end of a session, on which hosts the router
 // removed credentials the agent sent of its own, in how many requests and
 // which: the agent acted there anonymously (or as the user) instead.
@@ -663,18 +659,18 @@ func removedSummary(routerLog string, creds []credential) string {
 	}
 	byHost := map[string]*removal{}
 	for _, line := range strings.Split(routerLog, "\n") {
-		m := inspectedRequest.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil || m[2] == "-" || m[2] == "" || !printableHost.MatchString(m[1]) || slices.ContainsFunc(creds, func(c credential) bool { return c.host == m[1] || slices.Contains(c.also, m[1]) }) {
+		host, removed, ok := routerlog.Inspected(line)
+		if !ok || removed == "-" || removed == "" || !routerlog.PrintableHost(host) || slices.ContainsFunc(creds, func(c credential) bool { return c.host == host || slices.Contains(c.also, host) }) {
 			continue
 		}
-		r := byHost[m[1]]
+		r := byHost[host]
 		if r == nil {
 			r = &removal{what: map[string]bool{}}
-			byHost[m[1]] = r
+			byHost[host] = r
 		}
 		r.requests++
-		for _, w := range strings.Split(m[2], ",") {
-			if printableHeader.MatchString(w) {
+		for _, w := range strings.Split(removed, ",") {
+			if routerlog.PrintableHeader(w) {
 				r.what[w] = true
 			}
 		}
@@ -695,18 +691,6 @@ func removedSummary(routerLog string, creds []credential) string {
 	return iostreams.Prefixed("the agent sent credentials of its own, which the router removed (it acts on allowed hosts anonymously or as you):\n" + strings.Join(lines, ""))
 }
 
-// printableHeader is a removed header's or query's name as the summary
-// may print it (the agent chose the query's).
-var printableHeader = regexp.MustCompile(`^[A-Za-z0-9:_-]{1,64}$`)
-
-// proxyRequest is a request through the credential proxy, in router.go's
-// log format.
-var proxyRequest = regexp.MustCompile(`^credentials host=(\S+) method=`)
-
-// apiRefused is a request the API gate refused, in routerd's log format
-// (apiproxy.go): no header or body, only where and by which rule.
-var apiRefused = regexp.MustCompile(`^api-refused host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") rule=([a-z_.]+) status=(\d+)$`)
-
 // apiGateSummary says which requests to the model APIs the router refused
 // (those the provider would have made reach out on the agent's behalf, or
 // endpoints off the list) and what it trimmed, with how to allow a rule;
@@ -718,16 +702,14 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	trimmed := map[string]int{}
 	unprintable := 0
 	for _, line := range strings.Split(routerLog, "\n") {
-		if m := apiRefused.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
-			method, _ := strconv.Unquote(m[2])
-			path, _ := strconv.Unquote(m[3])
-			if !printablePath.MatchString(path) || !printableMethod.MatchString(method) {
+		if r, ok := routerlog.APIRefused(line); ok {
+			method, path := r.Method, r.Path
+			if !routerlog.PrintableRequest(method, path) {
 				unprintable++
 				method, path = "", "(a request that cannot be printed)"
 			}
-			refused[key{m[1], m[4], method, path}]++
-		} else if h, ok := strings.CutPrefix(strings.TrimSpace(line), "api-changed host="); ok && strings.Contains(h, "trimmed") {
-			host, _, _ := strings.Cut(h, " ")
+			refused[key{r.Host, r.Rule, method, path}]++
+		} else if host, ok := routerlog.APITrimmed(line); ok {
 			trimmed[host]++
 		}
 	}
@@ -755,9 +737,3 @@ func apiGateSummary(routerLog string, allowed []string) string {
 	}
 	return iostreams.Prefixed(b.String())
 }
-
-// printableMethod is a request method the summary may print as it is.
-var printableMethod = regexp.MustCompile(`^[A-Za-z-]{1,20}$`)
-
-// printablePath is a request path the summary may print as it is.
-var printablePath = regexp.MustCompile(`^/[A-Za-z0-9._~:/@!$&'()*+,;=%-]*$`)

@@ -3,9 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"io"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
 // Exit codes besides the agent's own.

@@ -2,15 +2,14 @@ package main
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
 
@@ -208,13 +207,6 @@ func gitRewriteEnv(gitHost string) map[string]string {
 	}
 }
 
-// forgeRefused is a write routerd refused, in its log format
-// (inspect/forge.go): where, which rule and which repository, no header.
-var forgeRefused = regexp.MustCompile(`^forge-refused host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") rule=([a-z_.]+) repo=(\S*) status=(\d+)$`)
-
-// forgeWrote is a write routerd passed with the user's token.
-var forgeWrote = regexp.MustCompile(`^forge-wrote host=(\S+) method=("(?:[^"\\]|\\.)*") path=("(?:[^"\\]|\\.)*") repo=([a-z0-9._/-]+)$`)
-
 // forgeSummary says which writes the router made with the user's GitHub
 // token, by repository, and which it refused on GitHub and the
 // registries, each with how to allow it; "" when there was neither.
@@ -223,20 +215,19 @@ func forgeSummary(routerLog string) string {
 	refused := map[key]int{}
 	wrote := map[string]int{}
 	for _, line := range strings.Split(routerLog, "\n") {
-		if m := forgeWrote.FindStringSubmatch(strings.TrimSpace(line)); m != nil && printableHost.MatchString(m[1]) {
-			wrote[m[4]+" on "+m[1]]++
+		if host, repo, ok := routerlog.ForgeWrote(line); ok && routerlog.PrintableHost(host) {
+			wrote[repo+" on "+host]++
 			continue
 		}
-		m := forgeRefused.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil || !printableHost.MatchString(m[1]) {
+		r, ok := routerlog.ForgeRefused(line)
+		if !ok || !routerlog.PrintableHost(r.Host) {
 			continue
 		}
-		method, _ := strconv.Unquote(m[2])
-		path, _ := strconv.Unquote(m[3])
-		if !printablePath.MatchString(path) || !printableMethod.MatchString(method) {
+		method, path := r.Method, r.Path
+		if !routerlog.PrintableRequest(method, path) {
 			method, path = "", "(a request that cannot be printed)"
 		}
-		refused[key{m[1], strings.TrimSpace(method + " " + path), m[4], forgeFix(m[4], m[5], m[1])}]++
+		refused[key{r.Host, strings.TrimSpace(method + " " + path), r.Rule, forgeFix(r.Rule, r.Repo, r.Host)}]++
 	}
 	var b strings.Builder
 	if len(wrote) > 0 {

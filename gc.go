@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
-	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/apiservice"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
+	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 )
 
 // ownerID names the launcher process that owns a session: its pid and its

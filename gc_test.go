@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
 func TestOwnerAlive(t *testing.T) {

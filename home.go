@@ -5,13 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
 // labelProject marks a project's own home volume with the launch dir it

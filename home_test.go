@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
-	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 )
 
 func TestProjectHomeIsPerProjectAndReadable(t *testing.T) {

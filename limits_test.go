@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
 var (
@@ -158,7 +159,7 @@ func TestALongRouterLogIsSaidToBeCut(t *testing.T) {
 		cfg := testConfig(t)
 		log := strings.Repeat("dnsmasq: query[A] x.test from 10.89.7.3\n", 10)
 		if whole {
-			log = routerStartLine + "\n" + log
+			log = routerlog.StartLine + "\n" + log
 		}
 		eng.logs = map[string]string{testSession + "-router": log}
 		_, out := runSession(context.Background(), eng, cfg)

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 )
 
 // The recipes for other agents (recipes/*) are documented in the README and

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 )
 
 // firstPortEntryPort is the first router port given to a host:port entry;

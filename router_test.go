@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -347,10 +349,10 @@ func TestAPIRelayLogIsNoDenialNorRequest(t *testing.T) {
 		if strings.Contains(line, "$") {
 			t.Fatalf("a variable the test does not fill in: %s", line)
 		}
-		if d, ok := parseDenial(line); ok {
-			t.Errorf("%s reads as a denial of %q", line, d.host)
+		if d, ok := routerlog.ParseDenial(line); ok {
+			t.Errorf("%s reads as a denial of %q", line, d.Host)
 		}
-		if proxyRequest.MatchString(line) {
+		if _, ok := routerlog.CredentialRequest(line); ok {
 			t.Errorf("%s reads as a request through the proxy", line)
 		}
 		creds := []credential{{host: "api.anthropic.com", source: "ANTHROPIC_API_KEY"}}

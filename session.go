@@ -16,6 +16,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
 	"github.com/agent-sandbox/agent-sandbox/internal/podman"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 	"github.com/agent-sandbox/agent-sandbox/internal/trace"
 	"go.podman.io/common/libnetwork/types"
@@ -333,9 +334,6 @@ func (s *session) start(ctx context.Context, runtimeDir string) error {
 // the user wait for the prompt (the report then covers the flood's end).
 const routerReportLines = 20000
 
-// routerStartLine is routerd's first line (router-image/routerd/main.go).
-const routerStartLine = "routerd: starting"
-
 // collectTimeout bounds the collection of dead sessions' objects.
 const collectTimeout = 30 * time.Second
 
@@ -526,7 +524,7 @@ func (s *session) startReady(ctx context.Context, name, ready string) error {
 	if err == nil || ctx.Err() != nil || !errors.Is(err, podman.ErrNotReady) {
 		return err
 	}
-	return refusef("%v; its log says:\n%s", err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 200), 10))
+	return refusef("%v; its log says:\n%s", err, routerlog.Excerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), name, 200), 10))
 }
 
 // run runs the agent, following edits of the allowlist meanwhile.
@@ -569,7 +567,7 @@ func (s *session) run(ctx context.Context) error {
 	var died helperDied
 	if errors.As(err, &died) && ctx.Err() == nil {
 		return fmt.Errorf("%w; the session ends rather than run without it. Its log says:\n%s",
-			err, logExcerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 200), 10))
+			err, routerlog.Excerpt(s.eng.ContainerLogs(context.WithoutCancel(ctx), died.name, 200), 10))
 	}
 	return err
 }
@@ -708,7 +706,7 @@ func (s *session) endAgent(ctx context.Context) bool {
 	left := make(chan []string, 1)
 	go func() { left <- s.cfg.project.leftForHost() }()
 	routerLog := s.eng.ContainerLogs(ctx, s.names.router, routerReportLines)
-	if !strings.Contains(routerLog, routerStartLine) {
+	if !strings.Contains(routerLog, routerlog.StartLine) {
 		// Cut: longer than the tail read, or started over by conmon past
 		// its size. A flood (of lookups, say) must not hide what came
 		// before it without a word.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
 // labelDir records a session's launch directory, so that `agent-sandbox
@@ -23,13 +25,13 @@ func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Tim
 		wg        sync.WaitGroup
 	)
 	defer wg.Wait()
-	emit := func(dir string, d denial) {
+	emit := func(dir string, d routerlog.Denial) {
 		what := "connection to"
-		if d.lookup {
+		if d.Lookup {
 			what = "lookup of"
 		}
-		host := strings.TrimSuffix(strings.ToLower(d.host), ".")
-		if !printableHost.MatchString(host) {
+		host := strings.TrimSuffix(strings.ToLower(d.Host), ".")
+		if !routerlog.PrintableHost(host) {
 			host = "(a name that is not a host name)"
 		}
 		mu.Lock()
@@ -53,7 +55,7 @@ func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Tim
 			dir := o.Labels[labelDir]
 			wg.Go(func() {
 				_ = eng.FollowLogs(ctx, o.Name, since, func(line string) {
-					if d, ok := parseDenial(line); ok {
+					if d, ok := routerlog.ParseDenial(line); ok {
 						emit(dir, d)
 					}
 				})

@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
 type lockedBuffer struct {

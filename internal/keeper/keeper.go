@@ -31,9 +31,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
+	"golang.org/x/sys/unix"
 )
 
 // envFD names the keeper's end of the pipe in its environment; the

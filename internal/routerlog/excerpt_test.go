@@ -1,4 +1,4 @@
-package main
+package routerlog
 
 import (
 	"strings"
@@ -24,7 +24,7 @@ func TestLogExcerptKeepsTheErrorBehindShutdownNotices(t *testing.T) {
 		"2026/12/01 10:00:00 [notice] 7#7: worker process 10 exited with code 0",
 		"2026/12/01 10:00:00 [notice] 7#7: exit",
 	}, "\n")
-	got := logExcerpt(log, 5)
+	got := Excerpt(log, 5)
 	for _, want := range []string{"bad-dnsmasq.conf", "dnsmasq exited", "[notice] 7#7: exit"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("excerpt lacks %q:\n%s", want, got)
@@ -43,8 +43,8 @@ func TestLogExcerptKeepsTheErrorBehindShutdownNotices(t *testing.T) {
 
 func TestLogExcerptOfAShortLogIsTheLog(t *testing.T) {
 	log := "routerd: cannot start nginx: exec: not found\n"
-	if got := logExcerpt(log, 10); got != strings.TrimSpace(log) {
-		t.Errorf("logExcerpt = %q, want the whole log", got)
+	if got := Excerpt(log, 10); got != strings.TrimSpace(log) {
+		t.Errorf("Excerpt = %q, want the whole log", got)
 	}
 }
 
@@ -53,7 +53,7 @@ func TestLogExcerptBoundsTheErrors(t *testing.T) {
 	for range 50 {
 		lines = append(lines, "forwarder: relay failed: connection refused")
 	}
-	if got := strings.Count(logExcerpt(strings.Join(lines, "\n"), 10), "\n") + 1; got > 10 {
+	if got := strings.Count(Excerpt(strings.Join(lines, "\n"), 10), "\n") + 1; got > 10 {
 		t.Errorf("excerpt has %d lines, want at most 10", got)
 	}
 }

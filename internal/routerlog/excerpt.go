@@ -1,4 +1,4 @@
-package main
+package routerlog
 
 import (
 	"regexp"
@@ -9,12 +9,12 @@ import (
 // words of routerd, nginx, dnsmasq and the forwarder.
 var failureLine = regexp.MustCompile(`(?i)\[(emerg|alert|crit|error)\]|\b(error|fatal|failed|failure|cannot|can't|bad|unknown|invalid|illegal|denied|refused|exited|not ready|no such)\b`)
 
-// logExcerpt picks what a user needs from a helper that failed: the lines
+// Excerpt picks what a user needs from a helper that failed: the lines
 // that say what failed, then the last lines for context, at most n of each,
 // in the order they were written. A plain tail is not enough: when dnsmasq
 // fails, routerd stops nginx, and nginx's shutdown notices would push
 // dnsmasq's own error out of the last ten lines.
-func logExcerpt(log string, n int) string {
+func Excerpt(log string, n int) string {
 	all := strings.Split(strings.TrimRight(log, "\n"), "\n")
 	keep := make([]bool, len(all))
 	found := 0
