@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
-	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
 func TestLookupAgent(t *testing.T) {

@@ -299,11 +299,6 @@ func (p credPlan) trustedCA() string {
 	return systemCABundle
 }
 
-// includeFile is the router's path of the file holding route r's header.
-func (r credRoute) includeFile() string {
-	return routerCredentialDir + "/" + r.kind.provider.id + ".conf"
-}
-
 // agentCredentialEnv is what the agent gets for the credentials the router
 // adds: each API's base URL, the host itself over HTTPS (the router
 // inspects it and sends its requests through the API gate, which adds the

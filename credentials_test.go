@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -301,7 +302,7 @@ func TestSessionInjectsCredentials(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); strings.Contains(string(b), ":81=") {
 		t.Errorf("forwards = %q, want no pair to the gate", b)
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, inspectFile)); !strings.Contains(string(b), `"api.anthropic.com": "10.89.7.2:81"`) {
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, routerconf.InspectFile)); !strings.Contains(string(b), `"api.anthropic.com": "10.89.7.2:81"`) {
 		t.Errorf("inspect.json does not send api.anthropic.com to the gate:\n%s", b)
 	}
 	if b, _ := os.ReadFile(filepath.Join(cfg.cred.dir, "anthropic.conf")); string(b) != "proxy_set_header x-api-key \""+key+"\";\n" {
@@ -340,7 +341,7 @@ func TestSessionEnvPassesCredentialIn(t *testing.T) {
 		!strings.Contains(string(b), "api.anthropic.com $ssl_preread_server_name:443;") {
 		t.Errorf("nginx.conf does not pass api.anthropic.com by SNI as before:\n%s", b)
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, inspectFile)); strings.Contains(string(b), "api.anthropic.com") {
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, routerconf.InspectFile)); strings.Contains(string(b), "api.anthropic.com") {
 		t.Errorf("the inspecting proxy still admits api.anthropic.com:\n%s", b)
 	}
 }

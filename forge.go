@@ -9,6 +9,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 	"github.com/agent-sandbox/agent-sandbox/router-image/routerd/forge"
 )
@@ -161,20 +162,11 @@ func (f forgeSetup) startLine() string {
 	return fmt.Sprintf("the router adds your GitHub token (%s) on %s; it admits writes to %s", f.source, strings.Join(f.forgeHosts(), ", "), scope)
 }
 
-// forgeDoc is inspect.json's "forge" part (routerd: inspect/policy.go).
-type forgeDoc struct {
-	Roles     map[string]string `json:"roles"`
-	Repos     []string          `json:"repos"`
-	Publish   []string          `json:"publish,omitempty"`
-	Allow     []string          `json:"allow,omitempty"`
-	TokenFile string            `json:"token_file,omitempty"`
-}
-
-func (f forgeSetup) doc(allow []string) *forgeDoc {
+func (f forgeSetup) doc(allow []string) *routerconf.Forge {
 	if len(f.roles) == 0 {
 		return nil
 	}
-	d := &forgeDoc{Roles: map[string]string{}, Repos: f.repos, Publish: f.publish}
+	d := &routerconf.Forge{Roles: map[string]string{}, Repos: f.repos, Publish: f.publish}
 	if d.Repos == nil {
 		d.Repos = []string{}
 	}

@@ -15,10 +15,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 )
 
-// labelProject marks a project's own home volume with the launch dir it
-// belongs to, so that gc can find the homes of projects that are gone.
-const labelProject = "agent-sandbox.project"
-
 // projectHome names a project's home volume. One home for every project
 // would let an agent in one project leave ~/.bashrc, ~/.gitconfig or
 // Claude hooks that run in every later session of every other project;

@@ -41,6 +41,15 @@ const (
 	failureTail = 20
 )
 
+// defaultImageNames are the images agent-sandbox provides by itself: built
+// locally by a dev build, pulled from the registry by a release build.
+func defaultImageNames() (string, string) {
+	if releaseBuild() {
+		return registry + "/agent-sandbox:" + version, registry + "/agent-sandbox-router:" + version
+	}
+	return "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
+}
+
 // sessionImage is one of the two images a session runs.
 type sessionImage struct {
 	role  string // "sandbox" or "router", as progress lines call it

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 )
 
 func TestRealpath(t *testing.T) {

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
@@ -151,112 +149,6 @@ func (w *allowlistWatcher) refuse(msg string) {
 	}
 	w.warned = msg
 	w.warn("%s", msg)
-}
-
-// routerFiles makes every file and directory the router and the forwarder
-// mount from one session's temp dir. The config (dnsmasq.conf, nginx.conf
-// and forwards) they mount read-only at /etc/router and poll; the TLS
-// socket dir (tlsDirOf) they share at tlsSocketDir.
-type routerFiles struct {
-	dir, routerIP string
-
-	// creds is what the router adds credentials for, fixed for the
-	// session; the allowlist decides which of them are served.
-	creds credPlan
-
-	// published are the forwarder's pairs for the session's published
-	// ports, fixed for the session.
-	published []string
-
-	mu      sync.Mutex
-	plan    routerPlan
-	cursor  planCursor
-	applied []allowlist.Entry
-}
-
-// newRouterFiles makes the TLS socket dir in dir; apply writes the config.
-func newRouterFiles(dir, routerIP string, creds credPlan) (*routerFiles, error) {
-	tls := tlsDirOf(dir)
-	if err := os.Mkdir(tls, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("cannot make the router's socket dir: %w", err)
-	}
-	// Open to the forwarder, which connects as another uid of the user
-	// namespace.
-	if err := os.Chmod(tls, 0o755); err != nil {
-		return nil, err
-	}
-	// Where routerd writes the session CA's certificate and the bundle the
-	// agent trusts (routerd runs as the namespace's root: the user).
-	if err := os.Mkdir(caDirOf(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
-	}
-	// The agent's container is created while the router starts, and
-	// podman wants a bind mount's source to exist then: routerd renames its
-	// bundle over this empty one before it is ready, and the agent's
-	// container, started after that, mounts the path as it is then.
-	if err := os.WriteFile(filepath.Join(caDirOf(dir), caBundleFile), nil, 0o644); err != nil {
-		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
-	}
-	r := &routerFiles{dir: dir, routerIP: routerIP, creds: creds, cursor: firstCursor}
-	if len(creds.upstreamCA) > 0 {
-		if err := r.replace(routerFile{upstreamCAFile, string(creds.upstreamCA)}); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
-}
-
-// tlsDirOf is the host side of tlsSocketDir, in the session's temp dir.
-func tlsDirOf(tmp string) string { return filepath.Join(tmp, "tls") }
-
-// caDirOf is the host side of routerCADir, in the session's temp dir.
-func caDirOf(tmp string) string { return filepath.Join(tmp, "ca") }
-
-// apply plans entries after the running plan and replaces the config
-// files, each by rename, so that a reader sees the old one or the new
-// one, never a partial one.
-func (r *routerFiles) apply(entries []allowlist.Entry) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p, cursor, err := replan(r.plan, r.cursor, r.creds.withHanded(entries))
-	if err != nil {
-		return err
-	}
-	p.injections, p.trustedCA, p.apiAllow = r.creds.active(entries), r.creds.trustedCA(), r.creds.apiAllow
-	p.forge = r.creds.forge
-	p.published = r.published
-	for _, f := range p.render(r.routerIP) {
-		if err := r.replace(f); err != nil {
-			return err
-		}
-	}
-	// The router and the forwarder read as other uids of the user
-	// namespace.
-	if err := os.Chmod(r.dir, 0o755); err != nil {
-		return err
-	}
-	r.plan, r.cursor, r.applied = p, cursor, entries
-	return nil
-}
-
-// entries is the list the session runs with now.
-func (r *routerFiles) entries() []allowlist.Entry {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.applied
-}
-
-// replace writes f into the session's dir; its errors name the file and
-// the dir, for a full disk.
-func (r *routerFiles) replace(f routerFile) error {
-	made, err := replaceFile(filepath.Join(r.dir, f.name), []byte(f.body), 0o644, false)
-	switch {
-	case err == nil:
-		return nil
-	case !made:
-		return fmt.Errorf("cannot write the router config: %w", err)
-	}
-	return fmt.Errorf("cannot write the router config %s: %w; check the space left in %s", f.name, err, r.dir)
 }
 
 // replaceFile replaces path with data, given mode, through a temp file in

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
 	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 )
 
 // watchRecorder has an allowlistWatcher follow a temp file and records
@@ -330,14 +331,14 @@ func TestRouterFilesApply(t *testing.T) {
 	if err := rf.apply(entries); err != nil {
 		t.Fatal(err)
 	}
-	plan, _, err := replan(routerPlan{}, firstCursor, entries)
+	plan, _, err := routerconf.Replan(routerconf.Plan{}, routerconf.FirstCursor, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan.trustedCA = systemCABundle
+	plan.TrustedCA = systemCABundle
 	want := map[string]string{}
-	for _, f := range plan.render("10.89.3.2") {
-		want[f.name] = f.body
+	for _, f := range plan.Render("10.89.3.2") {
+		want[f.Name] = f.Body
 	}
 	inodes := map[string]uint64{}
 	for name, body := range want {
@@ -411,7 +412,7 @@ func TestRouterFilesApplyFailureKeepsThePlan(t *testing.T) {
 	if err := rf.apply(mustParse(t, "a.test:22\n")); err == nil || !strings.Contains(err.Error(), "cannot write the router config") {
 		t.Fatalf("apply into a removed dir: %v", err)
 	}
-	if rf.entries() != nil || rf.cursor != firstCursor {
+	if rf.entries() != nil || rf.cursor != routerconf.FirstCursor {
 		t.Errorf("a failed apply changed the state: %v %v", rf.entries(), rf.cursor)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
@@ -92,7 +93,7 @@ func TestRouterInspectsAllButPassthrough(t *testing.T) {
 			t.Errorf("nginx.conf lacks %q:\n%s", want, nginx)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(files.dir, inspectFile))
+	b, err := os.ReadFile(filepath.Join(files.dir, routerconf.InspectFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,24 +134,6 @@ func TestTwoHostsShareAPort(t *testing.T) {
 		if !strings.Contains(nginx, want) {
 			t.Errorf("nginx.conf lacks %q", want)
 		}
-	}
-}
-
-func TestManyPortEntriesGetDistinctAddresses(t *testing.T) {
-	var b strings.Builder
-	for i := range 300 {
-		fmt.Fprintf(&b, "h%d.example:22\n", i)
-	}
-	p, _, err := replan(routerPlan{}, firstCursor, mustParse(t, b.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for host, a := range p.loopback {
-		if seen[a.String()] || !a.IsLoopback() || a.String() == "127.0.0.1" {
-			t.Fatalf("host %s got address %s (duplicate, 127.0.0.1, or not loopback)", host, a)
-		}
-		seen[a.String()] = true
 	}
 }
 
@@ -218,7 +201,7 @@ func (f testRouterFiles) golden(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	golden(t, name+".api-policy.json", string(policy))
-	inspect, err := os.ReadFile(filepath.Join(f.dir, inspectFile))
+	inspect, err := os.ReadFile(filepath.Join(f.dir, routerconf.InspectFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +251,7 @@ func TestCredentialProxyFollowsTheAllowlist(t *testing.T) {
 	if strings.Contains(nginx, "api-anthropic-proxy") || strings.Contains(nginx, "api-gemini-proxy") {
 		t.Errorf("proxies for hosts the allowlist does not name:\n%s", nginx)
 	}
-	if forwards != "127.0.0.1:443=unix:"+tlsSocket+"/tls\n" {
+	if forwards != "127.0.0.1:443=unix:"+routerconf.TLSSocket+"/tls\n" {
 		t.Errorf("forwards = %q", forwards)
 	}
 }
@@ -285,13 +268,13 @@ func TestCredentialProxyKeepsUpstreamConnections(t *testing.T) {
 	if !ok {
 		t.Fatalf("no http block:\n%s", nginx)
 	}
-	for _, r := range creds.routes {
-		sock := apiRelaySocket(r)
-		if !strings.HasPrefix(sock, apiRelayDir+"/") || strings.HasPrefix(sock, tlsSocketDir) || strings.Contains(forwards, sock) {
-			t.Errorf("relay socket %s: not in the router's own %s, or reachable by the forwarder (%s)", sock, apiRelayDir, forwards)
+	for _, r := range routes(creds.routes) {
+		sock := routerconf.APIRelaySocket(r)
+		if !strings.HasPrefix(sock, routerconf.APIRelayDir+"/") || strings.HasPrefix(sock, routerconf.TLSSocketDir) || strings.Contains(forwards, sock) {
+			t.Errorf("relay socket %s: not in the router's own %s, or reachable by the forwarder (%s)", sock, routerconf.APIRelayDir, forwards)
 		}
-		group := fmt.Sprintf("\n    upstream %s {\n        server unix:%s;\n        keepalive %d;\n    }\n", apiUpstream(r), sock, apiKeepalive)
-		relay := fmt.Sprintf("\n    server {\n        listen unix:%s;\n        access_log /dev/stderr api_relay;\n        set $api_upstream %s:443;\n        proxy_pass $api_upstream;\n    }\n", sock, r.host)
+		group := fmt.Sprintf("\n    upstream %s {\n        server unix:%s;\n        keepalive %d;\n    }\n", routerconf.APIUpstream(r), sock, routerconf.APIKeepalive)
+		relay := fmt.Sprintf("\n    server {\n        listen unix:%s;\n        access_log /dev/stderr api_relay;\n        set $api_upstream %s:443;\n        proxy_pass $api_upstream;\n    }\n", sock, r.Host)
 		if !strings.Contains(http, group) {
 			t.Errorf("the http block lacks%s", group)
 		}
@@ -300,17 +283,17 @@ func TestCredentialProxyKeepsUpstreamConnections(t *testing.T) {
 		}
 		// The host's name, not the group's, as SNI, in the certificate
 		// check and as Host.
-		loc := fmt.Sprintf("set $api_host %s;\n", r.host)
+		loc := fmt.Sprintf("set $api_host %s;\n", r.Host)
 		i := strings.Index(http, loc)
 		if i < 0 {
-			t.Fatalf("no server for %s", r.host)
+			t.Fatalf("no server for %s", r.Host)
 		}
-		want := fmt.Sprintf("            proxy_pass https://%s;\n            proxy_ssl_name $api_host;\n            proxy_set_header Host $api_host;\n            proxy_set_header Connection \"\";\n", apiUpstream(r))
+		want := fmt.Sprintf("            proxy_pass https://%s;\n            proxy_ssl_name $api_host;\n            proxy_set_header Host $api_host;\n            proxy_set_header Connection \"\";\n", routerconf.APIUpstream(r))
 		if !strings.Contains(http[i:], want) {
-			t.Errorf("the location of %s lacks\n%s", r.host, want)
+			t.Errorf("the location of %s lacks\n%s", r.Host, want)
 		}
 	}
-	for _, want := range []string{"    resolver " + upstreamResolver + " ipv6=off valid=10s;\n", "    proxy_http_version 1.1;\n", "    proxy_ssl_verify on;\n", "    proxy_ssl_server_name on;\n"} {
+	for _, want := range []string{"    resolver " + routerconf.UpstreamResolver + " ipv6=off valid=10s;\n", "    proxy_http_version 1.1;\n", "    proxy_ssl_verify on;\n", "    proxy_ssl_server_name on;\n"} {
 		block := http
 		if strings.HasPrefix(want, "    resolver") {
 			block = stream
@@ -324,7 +307,7 @@ func TestCredentialProxyKeepsUpstreamConnections(t *testing.T) {
 		if strings.HasPrefix(l, "proxy_pass ") && strings.Contains(l, "$") {
 			t.Errorf("a proxy_pass to a variable, which keeps no connections: %s", l)
 		}
-		if strings.HasPrefix(l, "server ") && l != "server {" && !strings.HasPrefix(l, "server unix:"+apiRelayDir+"/") {
+		if strings.HasPrefix(l, "server ") && l != "server {" && !strings.HasPrefix(l, "server unix:"+routerconf.APIRelayDir+"/") {
 			t.Errorf("an upstream server that is not a relay socket: %s", l)
 		}
 		if strings.HasPrefix(l, "resolver ") {
@@ -382,7 +365,7 @@ func TestCredentialProxyLinesFollowTheAllowlist(t *testing.T) {
 	files.applyList(t, "github.com\napi.anthropic.com\n")
 	_, nginx, _ := files.read(t)
 	have := nginxLines(nginx)
-	for _, l := range []string{"listen unix:" + apiRelayDir + "/api-openai.sock;", "upstream api_openai {", "set $api_upstream api.openai.com:443;"} {
+	for _, l := range []string{"listen unix:" + routerconf.APIRelayDir + "/api-openai.sock;", "upstream api_openai {", "set $api_upstream api.openai.com:443;"} {
 		if !prev[l] || have[l] {
 			t.Errorf("denying api.openai.com: %q was there %v, is there %v", l, prev[l], have[l])
 		}
@@ -424,76 +407,6 @@ func TestCredentialProxyHeaders(t *testing.T) {
 	}
 }
 
-func TestReplanKeepsAddressesAndPorts(t *testing.T) {
-	p1, c1, err := replan(routerPlan{}, firstCursor, mustParse(t, "m.test:22\nm.test:2222\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// a.test sorts first: from scratch it would take m.test's address.
-	p2, c2, err := replan(p1, c1, mustParse(t, "a.test:22\nm.test:22\nm.test:2222\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, host := range []string{"m.test", "z.test"} {
-		if p2.loopback[host] != p1.loopback[host] {
-			t.Errorf("%s moved from %s to %s", host, p1.loopback[host], p2.loopback[host])
-		}
-	}
-	for e, port := range p1.routerPort {
-		if p2.routerPort[e] != port {
-			t.Errorf("%v moved from router port %d to %d", e, port, p2.routerPort[e])
-		}
-	}
-	if a := p2.loopback["a.test"]; a.String() != "127.0.0.4" {
-		t.Errorf("a.test got %s, want the next unused address 127.0.0.4", a)
-	}
-	if port := p2.routerPort[allowlist.Entry{Host: "a.test", Port: 22}]; port != firstPortEntryPort+3 {
-		t.Errorf("a.test:22 got router port %d, want %d", port, firstPortEntryPort+3)
-	}
-
-	// A removed host's address and ports are not handed to the next one.
-	p3, c3, err := replan(p2, c2, mustParse(t, "a.test:22\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p4, _, err := replan(p3, c3, mustParse(t, "a.test:22\nb.test:22\nz.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := p4.loopback["b.test"]; a == p1.loopback["m.test"] || a.String() != "127.0.0.5" {
-		t.Errorf("b.test got %s; want 127.0.0.5, not m.test's old %s", a, p1.loopback["m.test"])
-	}
-	if port := p4.routerPort[allowlist.Entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+4 {
-		t.Errorf("b.test:22 got router port %d, want %d", port, firstPortEntryPort+4)
-	}
-
-	// The rendered forwards keep the pairs of hosts that stay.
-	before, after := p1.forwards("10.89.3.2"), p4.forwards("10.89.3.2")
-	for _, pair := range strings.Fields(before) {
-		if strings.HasPrefix(pair, p1.loopback["z.test"].String()+":") && !strings.Contains(after, pair) {
-			t.Errorf("z.test's pair %s is gone from %q", pair, after)
-		}
-	}
-}
-
-func TestReplanReusesOnlyWhenExhausted(t *testing.T) {
-	p1, _, err := replan(routerPlan{}, firstCursor, mustParse(t, "a.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A cursor at the end of both spaces: only free slots are left.
-	p2, _, err := replan(p1, planCursor{addr: lastAddrIndex + 1, port: lastPort + 1}, mustParse(t, "a.test:22\nb.test:22\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := p2.loopback["b.test"]; a.String() != "127.0.0.3" {
-		t.Errorf("b.test got %s, want the lowest free 127.0.0.3", a)
-	}
-	if port := p2.routerPort[allowlist.Entry{Host: "b.test", Port: 22}]; port != firstPortEntryPort+1 {
-		t.Errorf("b.test:22 got %d, want the lowest free %d", port, firstPortEntryPort+1)
-	}
-}
-
 // nginxLines is the set of nginx.conf's lines as routerd compares them.
 func nginxLines(conf string) map[string]bool {
 	m := map[string]bool{}
@@ -501,54 +414,4 @@ func nginxLines(conf string) map[string]bool {
 		m[strings.TrimSpace(l)] = true
 	}
 	return m
-}
-
-// routerd ends nginx's old workers, and every connection they hold, when a
-// new nginx.conf drops a line of the running one (router-image/routerd,
-// dropsLine): an edit that only adds hosts must only add lines, or every
-// addition would cut the agent's open connections.
-func TestNginxConfOnlyGainsLinesWhenHostsAreAdded(t *testing.T) {
-	steps := []string{
-		"",
-		"api.example.com\n",
-		"api.example.com\n*.cdn.example.com\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\n",
-		"api.example.com\n*.cdn.example.com\nssh.example.org:22\naaa.example.org\naaa.example.org:2222\nssh.example.org:2222\ndb.example.org:5432\n",
-	}
-	var p routerPlan
-	cursor := firstCursor
-	prev := p.nginxConf("10.89.3.2")
-	for _, list := range steps {
-		next, c, err := replan(p, cursor, mustParse(t, list))
-		if err != nil {
-			t.Fatal(err)
-		}
-		conf := next.nginxConf("10.89.3.2")
-		have := nginxLines(conf)
-		for l := range nginxLines(prev) {
-			if !have[l] {
-				t.Errorf("adding hosts to get\n%s\ndropped the line %q of nginx.conf", list, l)
-			}
-		}
-		p, cursor, prev = next, c, conf
-	}
-
-	// Removing any one entry drops a line, so that its connections end.
-	full := mustParse(t, steps[len(steps)-1])
-	for i := range full {
-		rest := append(slices.Clone(full[:i]), full[i+1:]...)
-		next, _, err := replan(p, cursor, rest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		have := nginxLines(next.nginxConf("10.89.3.2"))
-		dropped := false
-		for l := range nginxLines(prev) {
-			dropped = dropped || !have[l]
-		}
-		if !dropped {
-			t.Errorf("removing %v keeps every line of nginx.conf", full[i])
-		}
-	}
 }

@@ -24,31 +24,11 @@ import (
 )
 
 const (
-	// egressNet is the bridge that routers of all sessions share to reach
-	// out; AGENT_SANDBOX_EGRESS_NETWORK names another, for a machine where
-	// podman's default subnets collide with the user's own.
-	egressNet = "agent-sandbox-egress"
-	// labelSession marks every object of a session, so that listing and
-	// cleanup touch only ours; labelOwner is the launcher (see ownerID).
-	labelSession = "agent-sandbox.session"
-	labelOwner   = "agent-sandbox.owner"
-	// labelShared marks what sessions share (the egress network, the home
-	// volume): gc leaves it alone, and a volume without it is not ours.
-	labelShared = "agent-sandbox.shared"
 	// teardownTimeout bounds cleanup after a signal or an error.
 	teardownTimeout = 30 * time.Second
 	// agentStopTimeout is how long the agent gets to exit on its own.
 	agentStopTimeout = 3 * time.Second
 )
-
-// defaultImageNames are the images agent-sandbox provides by itself: built
-// locally by a dev build, pulled from the registry by a release build.
-func defaultImageNames() (string, string) {
-	if releaseBuild() {
-		return registry + "/agent-sandbox:" + version, registry + "/agent-sandbox-router:" + version
-	}
-	return "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
-}
 
 // sessionConfig is what one session runs with, checked before anything is
 // created.
@@ -92,26 +72,6 @@ type sessionConfig struct {
 	// listed is what the allowlist file said at the start (entries
 	// without the agent's hosts): the watcher's first look compares it.
 	listed []allowlist.Entry
-}
-
-// sessionNames are the names of one session's podman objects; the pod and
-// the session network share the session's name.
-type sessionNames struct {
-	session, router, forwarder, agent string
-}
-
-func namesFor(session string) sessionNames {
-	return sessionNames{session, session + "-router", session + "-forwarder", session + "-claude"}
-}
-
-func sessionLabels(name, launchDir string) map[string]string {
-	return map[string]string{labelSession: name, labelOwner: ownerID(os.Getpid()), labelDir: launchDir}
-}
-
-// newSessionName names a session, or what a command (build) creates: what
-// a killed one leaves behind is then collected like a session's.
-func newSessionName() string {
-	return fmt.Sprintf("agent-sandbox-%d-%d", time.Now().Unix(), os.Getpid())
 }
 
 // session is one run of the agent. Its start steps each push their undo

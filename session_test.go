@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 )
 
@@ -316,17 +317,17 @@ func TestSessionSpecs(t *testing.T) {
 	tlsDir := filepath.Join(cfg.tmp, "tls")
 	caDir := filepath.Join(cfg.tmp, "ca")
 	if len(r.Mounts) != 3 || r.Mounts[0].Destination != "/etc/router" || !slices.Contains(r.Mounts[0].Options, "ro") ||
-		r.Mounts[1].Source != tlsDir || r.Mounts[1].Destination != tlsSocketDir || slices.Contains(r.Mounts[1].Options, "ro") ||
+		r.Mounts[1].Source != tlsDir || r.Mounts[1].Destination != routerconf.TLSSocketDir || slices.Contains(r.Mounts[1].Options, "ro") ||
 		r.Mounts[2].Source != caDir || r.Mounts[2].Destination != routerCADir || slices.Contains(r.Mounts[2].Options, "ro") {
-		t.Errorf("router mounts = %+v, want %s read-only at /etc/router, %s read-write at %s and %s read-write at %s", r.Mounts, cfg.tmp, tlsDir, tlsSocketDir, caDir, routerCADir)
+		t.Errorf("router mounts = %+v, want %s read-only at /etc/router, %s read-write at %s and %s read-write at %s", r.Mounts, cfg.tmp, tlsDir, routerconf.TLSSocketDir, caDir, routerCADir)
 	}
-	if r.Env["INSPECT_SOCKET"] != inspectSocket || r.Env["CA_DIR"] != routerCADir {
+	if r.Env["INSPECT_SOCKET"] != routerconf.InspectSocket || r.Env["CA_DIR"] != routerCADir {
 		t.Errorf("router env = %v, want the inspecting proxy's socket and CA dir", r.Env)
 	}
 	if fi, err := os.Stat(tlsDir); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the TLS socket dir %s: %v %v, want mode 0755 (the forwarder is another uid)", tlsDir, fi, err)
 	}
-	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" || r.Env["READY_ADDR"] != "10.89.7.2" || r.Env["TLS_SOCKET"] != tlsSocket {
+	if r.Env["UPSTREAM_DNS"] != "10.99.0.10" || r.Env["UPSTREAM_ALLOW"] != "10.99.0.0/24" || r.Env["READY_ADDR"] != "10.89.7.2" || r.Env["TLS_SOCKET"] != routerconf.TLSSocket {
 		t.Errorf("router env = %v", r.Env)
 	}
 	if r.Image != "localhost/agent-sandbox-router:dev" {
@@ -352,8 +353,8 @@ func TestSessionSpecs(t *testing.T) {
 		t.Errorf("forwarder env = %v, want FORWARDS_FILE=/etc/router/forwards", f.Env)
 	}
 	if len(f.Mounts) != 2 || f.Mounts[0].Source != cfg.tmp || f.Mounts[0].Destination != "/etc/router" || !slices.Contains(f.Mounts[0].Options, "ro") ||
-		f.Mounts[1].Source != tlsDir || f.Mounts[1].Destination != tlsSocketDir || !slices.Contains(f.Mounts[1].Options, "ro") {
-		t.Errorf("forwarder mounts = %+v, want %s read-only at /etc/router and %s read-only at %s", f.Mounts, cfg.tmp, tlsDir, tlsSocketDir)
+		f.Mounts[1].Source != tlsDir || f.Mounts[1].Destination != routerconf.TLSSocketDir || !slices.Contains(f.Mounts[1].Options, "ro") {
+		t.Errorf("forwarder mounts = %+v, want %s read-only at /etc/router and %s read-only at %s", f.Mounts, cfg.tmp, tlsDir, routerconf.TLSSocketDir)
 	}
 	// The agent's container has no path to the router's TLS socket: of
 	// the session's dir it mounts the CA bundle alone, read-only.
@@ -368,7 +369,7 @@ func TestSessionSpecs(t *testing.T) {
 			t.Errorf("agent %s = %q, want the session's bundle %s", v, got, agentCABundle)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=unix:"+tlsSocket+"/tls 127.0.0.2:443=unix:"+tlsSocket+"/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
+	if b, _ := os.ReadFile(filepath.Join(cfg.tmp, "forwards")); string(b) != "127.0.0.1:443=unix:"+routerconf.TLSSocket+"/tls 127.0.0.2:443=unix:"+routerconf.TLSSocket+"/tls 127.0.0.2:2222=10.89.7.2:10001\n" {
 		t.Errorf("forwards = %q", b)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
@@ -39,7 +40,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{
 		{Type: "bind", Source: cfg.tmp, Destination: routerConfigDir, Options: []string{"ro", "z"}},
-		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: tlsSocketDir, Options: []string{"z"}},
+		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: routerconf.TLSSocketDir, Options: []string{"z"}},
 		// routerd writes the session CA's certificate here; its key stays
 		// in routerd's memory.
 		{Type: "bind", Source: caDirOf(cfg.tmp), Destination: routerCADir, Options: []string{"z"}},
@@ -53,7 +54,7 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 		allow = "0.0.0.0/0"
 	}
 	r.Env = map[string]string{"UPSTREAM_DNS": cfg.upstreamDNS, "UPSTREAM_ALLOW": allow, "READY_ADDR": routerIP.String(),
-		"TLS_SOCKET": tlsSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": inspectSocket, "CA_DIR": routerCADir}
+		"TLS_SOCKET": routerconf.TLSSocket, "HOST_ADDRS": hostAddrs(), "INSPECT_SOCKET": routerconf.InspectSocket, "CA_DIR": routerCADir}
 	// A file podman bounds (containerLogMax), whatever the host's default
 	// driver: journald would drop lines of a burst instead, and the exit
 	// report reads this log.
@@ -116,7 +117,7 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 	f.Entrypoint = []string{"/usr/local/bin/forwarder"}
 	f.Mounts = []spec.Mount{
 		{Type: "bind", Source: configDir, Destination: routerConfigDir, Options: []string{"ro", "z"}},
-		{Type: "bind", Source: tlsDirOf(configDir), Destination: tlsSocketDir, Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(configDir), Destination: routerconf.TLSSocketDir, Options: []string{"ro", "z"}},
 	}
 	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
 	return f

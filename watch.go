@@ -12,10 +12,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/routerlog"
 )
 
-// labelDir records a session's launch directory, so that `agent-sandbox
-// log` can say which session a denial belongs to.
-const labelDir = "agent-sandbox.dir"
-
 // watchDenials follows the routers of running sessions, including ones that
 // start later, and writes one line per denial logged after since.
 func watchDenials(ctx context.Context, eng engine, out io.Writer, since time.Time, poll time.Duration) error {

@@ -31,3 +31,17 @@ func TestIsConnError(t *testing.T) {
 		}
 	}
 }
+
+// Only the runtime's init dying during set-up is started again: any other
+// failure is the user's to see.
+func TestInitDied(t *testing.T) {
+	died := errors.New(`attach to s-forwarder: preparing container 96 for attach: runc: runc create failed: unable to start container process: waiting for init preliminary setup: read init-p: connection reset by peer: OCI runtime error`)
+	if !initDied(fmt.Errorf("wrapped: %w", died)) {
+		t.Error("the init's death is not seen")
+	}
+	for _, err := range []error{nil, errors.New("start container s-router: OCI runtime error: exec: \"/bin/routerd\": no such file"), ErrNotReady} {
+		if initDied(err) {
+			t.Errorf("%v is taken for the init's death", err)
+		}
+	}
+}

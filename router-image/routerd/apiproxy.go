@@ -34,7 +34,7 @@ import (
 // the rules the user allowed, and the allowlist's names.
 const apiPolicyFile = "api-policy.json"
 
-// apiPolicy is that file's content (router.go writes it).
+// apiPolicy is that file's content (internal/routerconf writes it).
 type apiPolicy struct {
 	Routes []apiRoute `json:"routes"`
 	// Allow are the rules the user turned off by name.
