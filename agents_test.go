@@ -43,7 +43,7 @@ func pickFor(t *testing.T, env map[string]string, args ...string) (sessionConfig
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	set := settingsFrom(env)
 	cfg := sessionConfig{cmd: la.cmd, entries: []allowlist.Entry{{Host: "api.openai.com", Port: 443}, {Host: "example.com", Port: 443}}}
 	err = cfg.pickAgent(set, la)
 	return cfg, err
@@ -105,7 +105,7 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 	m["recipes/codex/Containerfile"] = &fstest.MapFile{Data: []byte("ARG BASE\nFROM ${BASE}\nCOPY codex /usr/local/bin/\n")}
 	m["recipes/codex/codex"] = &fstest.MapFile{Data: []byte("#!/bin/sh\nexec real-codex \"$@\"\n")}
 	m["recipes/codex/allowed-hosts"] = &fstest.MapFile{Data: []byte("api.openai.com\n")}
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	set := settingsFrom(map[string]string{"XDG_RUNTIME_DIR": t.TempDir()})
 	eng := newFakeEngine()
 	eng.runCode = 7
 	eng.missingImages = map[string]bool{devSandbox: true, "localhost/agent-sandbox-codex:dev": true}
@@ -121,7 +121,7 @@ func TestAnAgentImageIsBuiltOnTheSandboxImageFromItsRecipe(t *testing.T) {
 			return nil
 		})
 	}
-	if code, out := runSession(context.Background(), eng, cfg); code != 7 {
+	if code, out := runSessionWith(context.Background(), eng, set, cfg); code != 7 {
 		t.Fatalf("exit %d\n%s", code, out())
 	}
 	if len(eng.builds) != 2 || eng.builds[0].Tag != devSandbox || eng.builds[1].Tag != "localhost/agent-sandbox-codex:dev" {

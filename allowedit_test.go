@@ -370,25 +370,26 @@ func TestDenyWithNothingToRemoveDoesNotRewrite(t *testing.T) {
 }
 
 // runUserCommand runs args through the real command tree with the user
-// commands added, and returns the exit code and stdout.
-func runUserCommand(t *testing.T, args ...string) (int, string) {
+// commands added, on a machine whose environment is env, and returns the
+// exit code and stdout.
+func runUserCommand(t *testing.T, env map[string]string, args ...string) (int, string) {
 	t.Helper()
-	code, out, _ := runCLI(t, "", args...)
+	code, out, _ := runCLIIn(t, env, "", args...)
 	return code, out
 }
 
-func userCommandEnv(t *testing.T) string {
+// userCommandEnv is an environment that names an allowlist at path, which
+// does not exist yet.
+func userCommandEnv(t *testing.T) (path string, env map[string]string) {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "cfg", "allowed-hosts")
-	t.Setenv("AGENT_SANDBOX_ALLOWLIST", path)
-	return path
+	path = filepath.Join(t.TempDir(), "cfg", "allowed-hosts")
+	return path, map[string]string{"AGENT_SANDBOX_ALLOWLIST": path}
 }
 
 func TestAllowDenyHostsCommands(t *testing.T) {
-	path := userCommandEnv(t)
+	path, env := userCommandEnv(t)
 	// A missing allowlist is seeded from the defaults first.
-	if code, _ := runUserCommand(t, "allow", "Extra.example.com"); code != 0 {
+	if code, _ := runUserCommand(t, env, "allow", "Extra.example.com"); code != 0 {
 		t.Fatalf("allow exit %d", code)
 	}
 	seeded, err := os.ReadFile(path)
@@ -396,10 +397,10 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 		!strings.Contains(string(seeded), "# added by agent-sandbox allow on "+time.Now().Format(time.DateOnly)) {
 		t.Fatalf("allowlist = %q, %v", seeded, err)
 	}
-	if code, _ := runUserCommand(t, "deny", "crates.io", "extra.example.com"); code != 0 {
+	if code, _ := runUserCommand(t, env, "deny", "crates.io", "extra.example.com"); code != 0 {
 		t.Fatalf("deny exit %d", code)
 	}
-	code, out := runUserCommand(t, "hosts")
+	code, out := runUserCommand(t, env, "hosts")
 	if code != 0 {
 		t.Fatalf("hosts exit %d", code)
 	}
@@ -418,7 +419,7 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 		{"allow", "--bogus", "a.example.com"}, {"doctor", "extra"},
 	} {
 		before, _ := os.ReadFile(path)
-		if code, _ := runUserCommand(t, args...); code != 1 {
+		if code, _ := runUserCommand(t, env, args...); code != 1 {
 			t.Errorf("%v: exit %d, want 1", args, code)
 		}
 		if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
@@ -430,28 +431,28 @@ func TestAllowDenyHostsCommands(t *testing.T) {
 // allow --passthrough adds the mark and warns; hosts shows it; deny
 // removes the host whatever its mark.
 func TestAllowPassthroughHostsDeny(t *testing.T) {
-	path := userCommandEnv(t)
+	path, env := userCommandEnv(t)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte("a.example\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := runCLI(t, "", "allow", "--passthrough", "pinned.example")
+	code, _, stderr := runCLIIn(t, env, "", "allow", "--passthrough", "pinned.example")
 	if code != 0 || !strings.Contains(stderr, "allowed pinned.example passthrough") ||
 		!strings.Contains(stderr, "pinned.example passes unread: the router cannot remove a key the agent brings there") {
 		t.Fatalf("allow --passthrough: exit %d, stderr:\n%s", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "", "allow", "pinned.example"); code != 0 || !strings.Contains(stderr, "pinned.example is allowed as passthrough; to have it inspected") {
+	if code, _, stderr := runCLIIn(t, env, "", "allow", "pinned.example"); code != 0 || !strings.Contains(stderr, "pinned.example is allowed as passthrough; to have it inspected") {
 		t.Errorf("allow of a passthrough host: exit %d, stderr:\n%s", code, stderr)
 	}
-	if code, out := runUserCommand(t, "hosts"); code != 0 || out != "a.example\npinned.example passthrough\n" {
+	if code, out := runUserCommand(t, env, "hosts"); code != 0 || out != "a.example\npinned.example passthrough\n" {
 		t.Errorf("hosts: exit %d, out %q", code, out)
 	}
-	if code, _ := runUserCommand(t, "allow", "--passthrough", "ssh.example:22"); code != 1 {
+	if code, _ := runUserCommand(t, env, "allow", "--passthrough", "ssh.example:22"); code != 1 {
 		t.Errorf("allow --passthrough of a host:port entry: exit %d, want 1", code)
 	}
-	if code, _ := runUserCommand(t, "deny", "pinned.example"); code != 0 {
+	if code, _ := runUserCommand(t, env, "deny", "pinned.example"); code != 0 {
 		t.Fatalf("deny exit %d", code)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "a.example\n" {
@@ -460,19 +461,19 @@ func TestAllowPassthroughHostsDeny(t *testing.T) {
 }
 
 func TestHostsRefusesABadAllowlist(t *testing.T) {
-	path := userCommandEnv(t)
+	path, env := userCommandEnv(t)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	writeTestFile(t, path, "ok.example.com\n1.2.3.4\n", 0o644)
-	if code, out := runUserCommand(t, "hosts"); code != 1 || out != "" {
+	if code, out := runUserCommand(t, env, "hosts"); code != 1 || out != "" {
 		t.Fatalf("hosts on a bad list: exit %d, stdout %q", code, out)
 	}
 }
 
 func TestAllowDenyHostsDoctorHaveHelpWithExamples(t *testing.T) {
 	root := &cobra.Command{Use: "agent-sandbox"}
-	addUserCommands(root, context.Background(), newSettings(os.LookupEnv))
+	addUserCommands(root, context.Background(), settingsFrom(nil))
 	for _, name := range []string{"allow", "deny", "hosts", "doctor"} {
 		c, _, err := root.Find([]string{name})
 		if err != nil || c.Name() != name {
@@ -490,8 +491,8 @@ func TestAllowDenyHostsDoctorHaveHelpWithExamples(t *testing.T) {
 }
 
 func TestAllowWarnsAboutRiskyHostsButAddsThem(t *testing.T) {
-	path := userCommandEnv(t)
-	code, _, msg := runCLI(t, "", "allow", "*.workers.dev", "api.example.com")
+	path, env := userCommandEnv(t)
+	code, _, msg := runCLIIn(t, env, "", "allow", "*.workers.dev", "api.example.com")
 	if code != 0 {
 		t.Fatalf("allow exit %d", code)
 	}
@@ -507,12 +508,12 @@ func TestAllowWarnsAboutRiskyHostsButAddsThem(t *testing.T) {
 // A HOST:PORT entry is relayed as raw TCP, unread: allow says so, and says
 // nothing of the kind for a plain (inspected) host.
 func TestAllowWarnsThatRawTCPIsUnread(t *testing.T) {
-	path := userCommandEnv(t)
+	path, env := userCommandEnv(t)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	writeTestFile(t, path, "a.example\n", 0o644)
-	code, _, msg := runCLI(t, "", "allow", "ssh.example:22", "api.example.com")
+	code, _, msg := runCLIIn(t, env, "", "allow", "ssh.example:22", "api.example.com")
 	if code != 0 {
 		t.Fatalf("allow exit %d, stderr:\n%s", code, msg)
 	}
@@ -526,7 +527,7 @@ func TestAllowWarnsThatRawTCPIsUnread(t *testing.T) {
 	if b, _ := os.ReadFile(path); !strings.Contains(string(b), "\nssh.example:22 ") {
 		t.Errorf("a warned entry is still added; allowlist:\n%s", b)
 	}
-	if code, _, msg := runCLI(t, "", "allow", "plain.example"); code != 0 || strings.Contains(msg, "relayed unread") {
+	if code, _, msg := runCLIIn(t, env, "", "allow", "plain.example"); code != 0 || strings.Contains(msg, "relayed unread") {
 		t.Errorf("allow of a plain host: exit %d, stderr:\n%s", code, msg)
 	}
 }

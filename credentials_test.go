@@ -24,10 +24,6 @@ func testHosts(t *testing.T) map[*apiProvider]string {
 	return h
 }
 
-func envFrom(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
-
 // describe is a credential list as "secret=value@host (source)".
 func describe(creds []credential) []string {
 	var out []string
@@ -110,7 +106,7 @@ func TestResolveCredentials(t *testing.T) {
 			for _, k := range tc.passed {
 				passed[k] = tc.env[k]
 			}
-			creds, warnings, err := resolveCredentials(envFrom(tc.env), passed, dir, testHosts(t))
+			creds, warnings, err := resolveCredentials(lookupIn(tc.env), passed, dir, testHosts(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,14 +123,14 @@ func TestResolveCredentials(t *testing.T) {
 
 func TestResolveCredentialsRefusals(t *testing.T) {
 	dir := t.TempDir()
-	_, _, err := resolveCredentials(envFrom(map[string]string{"OPENAI_API_KEY": `sk-"; evil`}), nil, dir, testHosts(t))
+	_, _, err := resolveCredentials(lookupIn(map[string]string{"OPENAI_API_KEY": `sk-"; evil`}), nil, dir, testHosts(t))
 	if err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY in your environment is not an API key or token") || strings.Contains(err.Error(), "evil") {
 		t.Errorf("a value nginx could misread: %v", err)
 	}
 	must(t, writeSecret(dir, "gemini", "kg"))
 	path := filepath.Join(dir, "gemini")
 	must(t, os.Chmod(path, 0o644))
-	_, _, err = resolveCredentials(envFrom(nil), nil, dir, testHosts(t))
+	_, _, err = resolveCredentials(lookupIn(nil), nil, dir, testHosts(t))
 	if err == nil || err.Error() != path+" is open to other users (mode 0644); fix: chmod 600 "+path {
 		t.Errorf("a 0644 secret: %v", err)
 	}
@@ -199,12 +195,12 @@ func TestWriteCredentialDir(t *testing.T) {
 // environment and arguments: --env names go in, the rest is injected.
 func launcherCredentials(t *testing.T, cfg *sessionConfig, args []string, env map[string]string) {
 	t.Helper()
-	la, err := parseLaunchArgs(args, envFrom(env))
+	la, err := parseLaunchArgs(args, lookupIn(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.env = la.env
-	creds, _, err := resolveCredentials(envFrom(env), la.env, t.TempDir(), testHosts(t))
+	creds, _, err := resolveCredentials(lookupIn(env), la.env, t.TempDir(), testHosts(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,19 +35,20 @@ const doctorTimeout = 30 * time.Second
 // doctorEnv is everything the checks look at, so that tests can fake a
 // machine.
 type doctorEnv struct {
+	// set is what the user's environment says, read and checked where
+	// sessions read it (newSettings): the doctor names no variable to read
+	// it again.
+	set      settings
 	lookPath func(file string) (string, error)
 	// run returns the command's stdout; a failed command's error carries
 	// its stderr and, for a non-zero exit, an ExitCode method.
 	run      func(ctx context.Context, name string, args ...string) (string, error)
 	readFile func(name string) ([]byte, error)
 	stat     func(name string) (fs.FileInfo, error)
-	getenv   func(key string) string
 	// access is access(2): nil when the user may read and write path.
-	access    func(path string, mode uint32) error
-	uid, gid  int
-	userName  string
-	images    func() (string, string)
-	allowlist func() string
+	access   func(path string, mode uint32) error
+	uid, gid int
+	userName string
 	// credentials finds what sessions would inject; nil skips the check.
 	credentials func() ([]credential, error)
 	// machine is what the session's limits are shares of and what of
@@ -61,21 +62,19 @@ func realDoctorEnv(set settings) doctorEnv {
 		name = u.Username
 	}
 	return doctorEnv{
+		set: set,
 		// As a session finds it: never in the current dir, which may be
 		// a project an agent wrote.
 		lookPath: func(name string) (string, error) {
 			return apiservice.LookPodman(name, os.Environ(), agentWritableCwd(set))
 		},
-		run:       runDoctorCommand,
-		readFile:  os.ReadFile,
-		stat:      os.Stat,
-		getenv:    func(k string) string { v, _ := set.lookup(k); return v },
-		access:    syscall.Access,
-		uid:       os.Getuid(),
-		gid:       os.Getgid(),
-		userName:  name,
-		images:    func() (string, string) { return set.image, set.routerImage },
-		allowlist: func() string { return set.allowlist },
+		run:      runDoctorCommand,
+		readFile: os.ReadFile,
+		stat:     os.Stat,
+		access:   syscall.Access,
+		uid:      os.Getuid(),
+		gid:      os.Getgid(),
+		userName: name,
 		credentials: func() ([]credential, error) {
 			s, _, err := sessionCredentialsFor(set, nil)
 			return s.creds, err
@@ -202,8 +201,9 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 	if rootless.ok() {
 		show(checkRuntimeDir(env))
 		if found.ok() {
-			img, router := env.images()
-			show(checkImage(ctx, env, podman, img, "AGENT_SANDBOX_IMAGE"), checkImage(ctx, env, podman, router, "AGENT_SANDBOX_ROUTER_IMAGE"))
+			for _, im := range sessionImages(env.set) {
+				show(checkImage(ctx, env, podman, im))
+			}
 		}
 	}
 	show(checkAllowlist(env))
@@ -244,10 +244,7 @@ const podmanFix = "install podman " + podman.MinVersion + " or newer, for exampl
 // checkPodman finds podman and checks its version; it returns the binary
 // the other checks run.
 func checkPodman(ctx context.Context, env doctorEnv) (string, checkResult) {
-	name := env.getenv("AGENT_SANDBOX_PODMAN")
-	if name == "" {
-		name = "podman"
-	}
+	name := env.set.podman
 	path, err := env.lookPath(name)
 	if err != nil {
 		return "", checkFailed("podman", name+" is not on PATH", podmanFix)
@@ -387,7 +384,7 @@ func checkRuntimeDir(env doctorEnv) checkResult {
 	const what = "XDG_RUNTIME_DIR"
 	want := fmt.Sprintf("/run/user/%d", env.uid)
 	create := fmt.Sprintf("sudo install -d -m 0700 -o %d -g %d %s", env.uid, env.gid, want)
-	dir := env.getenv(what)
+	dir := env.set.runtimeDir
 	if dir == "" {
 		fix := "export XDG_RUNTIME_DIR=" + want
 		if fi, err := env.stat(want); err != nil || !fi.IsDir() {
@@ -415,20 +412,21 @@ func checkRuntimeDir(env doctorEnv) checkResult {
 
 // checkImage checks one of the session's images. A missing image of
 // agent-sandbox's own does not stop a session, which builds (or pulls) it
-// first; a missing image the user named does.
-func checkImage(ctx context.Context, env doctorEnv, podman, image, envVar string) checkResult {
-	what := "image " + image
+// first; a missing image the user named does. Which is which is the
+// session's own test (sessionImage.ours), so that the two agree.
+func checkImage(ctx context.Context, env doctorEnv, podman string, im sessionImage) checkResult {
+	what := "image " + im.name
 	cctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
-	_, err := env.run(cctx, podman, "image", "exists", image)
+	_, err := env.run(cctx, podman, "image", "exists", im.name)
 	switch {
 	case err == nil:
 		return checkPassed(what, "present")
-	case commandExitCode(err) == 1 && env.getenv(envVar) != "" && !isDefaultImage(image):
-		return checkFailed(what, "missing, and "+envVar+" names it", fmt.Sprintf(
-			"unset %s (agent-sandbox then provides its own), or build or pull %s yourself", envVar, image))
+	case commandExitCode(err) == 1 && !im.ours():
+		return checkFailed(what, "missing, and "+im.env+" names it", fmt.Sprintf(
+			"unset %s (agent-sandbox then provides its own), or build or pull %s yourself", im.env, im.name))
 	case commandExitCode(err) == 1 && releaseBuild():
-		return checkPassed(what, "missing: the first session pulls it (`podman pull "+image+"` does it now)")
+		return checkPassed(what, "missing: the first session pulls it (`podman pull "+im.name+"` does it now)")
 	case commandExitCode(err) == 1:
 		return checkPassed(what, "missing: the first session builds it, which takes minutes (`agent-sandbox build` does it now)")
 	}
@@ -439,7 +437,7 @@ func checkImage(ctx context.Context, env doctorEnv, podman, image, envVar string
 // one is fine: the first session creates it from the defaults.
 func checkAllowlist(env doctorEnv) checkResult {
 	const what = "allowlist"
-	path := env.allowlist()
+	path := env.set.allowlist
 	b, err := env.readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return checkPassed(what, path+" does not exist yet; the first session creates it from the defaults")
@@ -457,11 +455,6 @@ func checkAllowlist(env doctorEnv) checkResult {
 		return checkFailed(what, problem, fmt.Sprintf("edit %s and fix those lines, or delete it to start again from the defaults", path))
 	}
 	return checkPassed(what, countEntries(len(entries))+" in "+path)
-}
-
-func isDefaultImage(image string) bool {
-	img, router := defaultImageNames()
-	return image == img || image == router
 }
 
 // checkCredentials says which API hosts sessions would add the user's

@@ -38,8 +38,8 @@ type fakeMachine struct {
 	failures map[string]error  // "name args..." -> error
 	files    map[string]string
 	stats    map[string]fakeInfo
-	env      map[string]string
-	denied   map[string]bool // access(2) refuses
+	env      map[string]string // the user's environment, read by newSettings
+	denied   map[string]bool   // access(2) refuses
 	uid      int
 }
 
@@ -63,7 +63,7 @@ func healthyMachine() *fakeMachine {
 			"/dev/net/tun":   {mode: fs.ModeDevice | fs.ModeCharDevice | 0o666},
 			"/run/user/1000": {mode: fs.ModeDir | 0o700, uid: 1000},
 		},
-		env:    map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"},
+		env:    map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "AGENT_SANDBOX_ALLOWLIST": "/home/me/allowlist"},
 		denied: map[string]bool{},
 		uid:    1000,
 	}
@@ -71,6 +71,7 @@ func healthyMachine() *fakeMachine {
 
 func (m *fakeMachine) doctorEnv() doctorEnv {
 	return doctorEnv{
+		set: settingsFrom(m.env),
 		lookPath: func(file string) (string, error) {
 			if p, ok := m.paths[file]; ok {
 				return p, nil
@@ -99,7 +100,6 @@ func (m *fakeMachine) doctorEnv() doctorEnv {
 			}
 			return nil, fs.ErrNotExist
 		},
-		getenv: func(key string) string { return m.env[key] },
 		access: func(path string, _ uint32) error {
 			if m.denied[path] {
 				return syscall.EACCES
@@ -109,14 +109,6 @@ func (m *fakeMachine) doctorEnv() doctorEnv {
 		uid:      m.uid,
 		gid:      m.uid,
 		userName: "me",
-		images: func() (string, string) {
-			img, router := "localhost/agent-sandbox:dev", "localhost/agent-sandbox-router:dev"
-			if v := m.env["AGENT_SANDBOX_ROUTER_IMAGE"]; v != "" {
-				router = v
-			}
-			return img, router
-		},
-		allowlist: func() string { return "/home/me/allowlist" },
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 func forgeTestSettings(env map[string]string) settings {
-	return newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	return settingsFrom(env)
 }
 
 // The GitHub token goes to routerd alone: a file in the credential dir,

@@ -62,7 +62,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 	for _, missing := range [][]string{{devRouter}, {devSandbox}, {devSandbox, devRouter}} {
 		t.Run(strings.Join(missing, "+"), func(t *testing.T) {
 			fakeContexts(t, true)
-			t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+			runtimeDir := t.TempDir()
 			eng := newFakeEngine()
 			eng.runCode = 7
 			eng.missingImages = map[string]bool{}
@@ -71,7 +71,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 			}
 			eng.buildOutput = "STEP 1/2: FROM docker.io/library/debian:trixie-slim\nSTEP 2/2: COPY forwarder.bin /\nCOMMIT\n"
 			cfg := testConfig(t)
-			code, stderr := runSession(context.Background(), eng, cfg)
+			code, stderr := runSessionWith(context.Background(), eng, settingsFrom(map[string]string{"XDG_RUNTIME_DIR": runtimeDir}), cfg)
 			if code != 7 {
 				t.Fatalf("exit code = %d, want the agent's 7: the session goes on after the build\n%s", code, stderr())
 			}
@@ -93,7 +93,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 				if _, err := os.Stat(b.ContextDir); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("%s: build context %s left behind (%v)", b.Tag, b.ContextDir, err)
 				}
-				if !strings.HasPrefix(b.ContextDir, os.Getenv("XDG_RUNTIME_DIR")+"/"+testSession+".") {
+				if !strings.HasPrefix(b.ContextDir, runtimeDir+"/"+testSession+".") {
 					t.Errorf("%s: context %s is not a session dir under XDG_RUNTIME_DIR, which gc would clean", b.Tag, b.ContextDir)
 				}
 			}
@@ -110,16 +110,16 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 }
 
 func TestBuildSpecPassesBaseAndHostCA(t *testing.T) {
-	t.Setenv("AGENT_SANDBOX_BASE_IMAGE", "localhost/my-base:1")
+	set := settingsFrom(map[string]string{"AGENT_SANDBOX_BASE_IMAGE": "localhost/my-base:1"})
 	var sandbox, router sessionImage
-	for _, im := range sessionImages(newSettings(os.LookupEnv)) {
+	for _, im := range sessionImages(set) {
 		if im.role == "sandbox" {
 			sandbox = im
 		} else {
 			router = im
 		}
 	}
-	b := buildSpec(sandbox, newSettings(os.LookupEnv).baseImage, "/ctx", true)
+	b := buildSpec(sandbox, set.baseImage, "/ctx", true)
 	if b.Tag != sandbox.name || b.ContextDir != "/ctx" || !b.NoCache || b.Args["BASE"] != "localhost/my-base:1" {
 		t.Errorf("sandbox build = %+v", b)
 	}
@@ -138,10 +138,10 @@ func TestCustomMissingImageIsRefusedAndNothingBuilt(t *testing.T) {
 			fakeContexts(t, true)
 			eng := newFakeEngine()
 			cfg := testConfig(t)
-			t.Setenv(env, "localhost/custom:1")
+			set := settingsFrom(map[string]string{env: "localhost/custom:1"})
 			// The default images are missing too: no build for them either.
 			eng.missingImages = map[string]bool{"localhost/custom:1": true, devSandbox: true, devRouter: true}
-			code, stderr := runSession(context.Background(), eng, cfg)
+			code, stderr := runSessionWith(context.Background(), eng, set, cfg)
 			if code != exitRefused {
 				t.Fatalf("exit code = %d, want %d", code, exitRefused)
 			}
@@ -167,12 +167,11 @@ func TestCustomMissingImageIsRefusedAndNothingBuilt(t *testing.T) {
 // The default name, set explicitly, is still agent-sandbox's own image.
 func TestDefaultNameSetExplicitlyIsBuilt(t *testing.T) {
 	fakeContexts(t, true)
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	set := settingsFrom(map[string]string{"XDG_RUNTIME_DIR": t.TempDir(), "AGENT_SANDBOX_ROUTER_IMAGE": devRouter})
 	eng := newFakeEngine()
 	cfg := testConfig(t)
-	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", devRouter)
 	eng.missingImages = map[string]bool{devRouter: true}
-	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
+	if code, _ := runSessionWith(context.Background(), eng, set, cfg); code != 0 {
 		t.Fatalf("exit code = %d, want 0", code)
 	}
 	if !slices.Contains(eng.calls, "ImageBuild "+devRouter) {
@@ -229,21 +228,21 @@ func TestFirstRunWithoutHelpersNamesMakeBuild(t *testing.T) {
 	// Without the router missing, the sandbox builds fine.
 	eng = newFakeEngine()
 	eng.missingImages = map[string]bool{devSandbox: true}
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
-	if code, _ := runSession(context.Background(), eng, cfg); code != 0 {
+	set := settingsFrom(map[string]string{"XDG_RUNTIME_DIR": t.TempDir()})
+	if code, _ := runSessionWith(context.Background(), eng, set, cfg); code != 0 {
 		t.Fatalf("sandbox-only build: exit code = %d, want 0", code)
 	}
 }
 
 func TestFailedBuildShowsItsOutputAndCreatesNothing(t *testing.T) {
 	fakeContexts(t, true)
-	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	set := settingsFrom(map[string]string{"XDG_RUNTIME_DIR": t.TempDir()})
 	eng := newFakeEngine()
 	cfg := testConfig(t)
 	eng.missingImages = map[string]bool{devRouter: true}
 	eng.buildOutput = "STEP 1/3: FROM base\nSTEP 2/3: RUN apt-get update\nE: Unable to locate package nginx\n"
 	eng.failOn = "ImageBuild " + devRouter
-	code, stderr := runSession(context.Background(), eng, cfg)
+	code, stderr := runSessionWith(context.Background(), eng, set, cfg)
 	if code != exitPodman {
 		t.Fatalf("exit code = %d, want %d", code, exitPodman)
 	}
@@ -266,7 +265,7 @@ func TestFailedBuildShowsItsOutputAndCreatesNothing(t *testing.T) {
 func TestWriteContextWritesTopLevelFilesWithFixedModes(t *testing.T) {
 	fakeContexts(t, true)
 	var router sessionImage
-	for _, im := range sessionImages(newSettings(os.LookupEnv)) {
+	for _, im := range sessionImages(settingsFrom(nil)) {
 		if im.role == "router" {
 			router = im
 		}
@@ -312,7 +311,7 @@ func TestEmbeddedContextsHoldTheirFiles(t *testing.T) {
 }
 
 func TestBuildCommandRefusesUnknownImage(t *testing.T) {
-	code, stderr := runBuildCommand("claude")
+	code, stderr := runBuildCommand(settingsFrom(nil), "claude")
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -323,7 +322,7 @@ func TestBuildCommandRefusesUnknownImage(t *testing.T) {
 
 func TestBuildCommandNeedsHelpersForTheRouter(t *testing.T) {
 	fakeContexts(t, false)
-	code, stderr := runBuildCommand("router")
+	code, stderr := runBuildCommand(settingsFrom(nil), "router")
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -472,8 +471,8 @@ func TestParseBuildLine(t *testing.T) {
 }
 
 func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
-	t.Setenv("AGENT_SANDBOX_IMAGE", "localhost/agent-sandbox-codex:dev")
-	code, stderr := runBuildCommand("sandbox")
+	set := settingsFrom(map[string]string{"AGENT_SANDBOX_IMAGE": "localhost/agent-sandbox-codex:dev"})
+	code, stderr := runBuildCommand(set, "sandbox")
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -486,10 +485,10 @@ func TestBuildCommandNeverBuildsOverAnImageTheUserNamed(t *testing.T) {
 }
 
 // runBuildCommand runs `agent-sandbox build --only only` with the settings
-// of the test's environment, and returns its exit code and its stderr.
-func runBuildCommand(only string) (int, func() string) {
+// set, and returns its exit code and its stderr.
+func runBuildCommand(set settings, only string) (int, func() string) {
 	out := &lockedBuffer{}
-	err := buildCommand(context.Background(), newSettings(os.LookupEnv), out, only, false)
+	err := buildCommand(context.Background(), set, out, only, false)
 	report(out, err)
 	return exitCode(err), out.String
 }

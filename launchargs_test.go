@@ -9,7 +9,7 @@ import (
 
 func TestParseLaunchArgs(t *testing.T) {
 	env := map[string]string{"ANTHROPIC_API_KEY": "sk-test", "EMPTY": ""}
-	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	getenv := lookupIn(env)
 	for _, tc := range []struct {
 		args    []string
 		cmd     []string

@@ -48,8 +48,6 @@ func TestCheckLaunchDir(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(root, "lists"), 0o755))
 	must(t, os.Symlink(home, filepath.Join(root, "homelink")))
 	must(t, os.Symlink(filepath.Join(root, "lists/hosts"), filepath.Join(project, "hosts-link")))
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", "")
 	defaultList := filepath.Join(home, ".config/agent-sandbox/allowed-hosts")
 
 	for _, tc := range []struct {
@@ -65,7 +63,7 @@ func TestCheckLaunchDir(t *testing.T) {
 		{filepath.Join(home, "src"), filepath.Join(project, "hosts-link"), "src/project"},
 		{filepath.Join(root, "lists"), filepath.Join(project, "hosts-link"), "lists"},
 	} {
-		err := checkLaunchDir(tc.pwd, settingsWithAllowlist(tc.allowlist))
+		err := checkLaunchDir(tc.pwd, settingsFrom(map[string]string{"HOME": home, "AGENT_SANDBOX_ALLOWLIST": tc.allowlist}))
 		switch {
 		case tc.refuse == "" && err != nil:
 			t.Errorf("checkLaunchDir(%s) refused: %v", tc.pwd, err)
@@ -105,33 +103,30 @@ func TestEnsureAllowlistSeedsOnceAndKeepsEdits(t *testing.T) {
 func TestPrepareRefusals(t *testing.T) {
 	root, err := filepath.EvalSymlinks(t.TempDir())
 	must(t, err)
-	t.Setenv("HOME", filepath.Join(root, "home"))
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(root, "config"))
 	list := filepath.Join(root, "hosts")
 	must(t, os.WriteFile(list, []byte("ok.example\n"), 0o644))
-	t.Setenv("AGENT_SANDBOX_ALLOWLIST", list)
+	env := map[string]string{"HOME": filepath.Join(root, "home"), "XDG_CONFIG_HOME": filepath.Join(root, "config"), "AGENT_SANDBOX_ALLOWLIST": list}
 
 	colon := filepath.Join(root, "a:b")
 	must(t, os.Mkdir(colon, 0o755))
 	t.Chdir(colon)
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "':'") {
+	if _, err := prepare(settingsFrom(env), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "':'") {
 		t.Fatalf("dir with ':' accepted: %v", err)
 	}
 
 	project := filepath.Join(root, "project")
 	must(t, os.Mkdir(project, 0o755))
 	t.Chdir(project)
-	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.0.0.1,not-an-ip")
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
+	env["AGENT_SANDBOX_UPSTREAM_DNS"] = "10.0.0.1,not-an-ip"
+	if _, err := prepare(settingsFrom(env), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), `AGENT_SANDBOX_UPSTREAM_DNS: "not-an-ip"`) {
 		t.Fatalf("bad upstream DNS accepted: %v", err)
 	}
-	t.Setenv("AGENT_SANDBOX_UPSTREAM_DNS", "10.99.0.10")
-	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.0/33")
-	if _, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
+	env["AGENT_SANDBOX_UPSTREAM_DNS"], env["AGENT_SANDBOX_UPSTREAM_ALLOW"] = "10.99.0.10", "10.99.0.0/33"
+	if _, err := prepare(settingsFrom(env), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName()); err == nil || !strings.Contains(err.Error(), "AGENT_SANDBOX_UPSTREAM_ALLOW") {
 		t.Fatalf("bad upstream allow accepted: %v", err)
 	}
-	t.Setenv("AGENT_SANDBOX_UPSTREAM_ALLOW", "10.99.0.7/24")
-	cfg, err := prepare(newSettings(os.LookupEnv), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName())
+	env["AGENT_SANDBOX_UPSTREAM_ALLOW"] = "10.99.0.7/24"
+	cfg, err := prepare(settingsFrom(env), io.Discard, launchArgs{cmd: []string{"true"}}, newSessionName())
 	must(t, err)
 	if cfg.upstreamAllow != "10.99.0.0/24" || cfg.upstreamDNS != "10.99.0.10" || cfg.launchDir != project || len(cfg.entries) != 1 {
 		t.Fatalf("prepare = %+v", cfg)
@@ -159,11 +154,7 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 	for _, d := range []string{runtime, tmpdir, project} {
 		must(t, os.MkdirAll(d, 0o755))
 	}
-	t.Setenv("HOME", filepath.Join(root, "home/u"))
-	t.Setenv("XDG_CONFIG_HOME", "")
-	t.Setenv("XDG_RUNTIME_DIR", runtime)
-	t.Setenv("TMPDIR", tmpdir)
-	list := filepath.Join(root, "home/u/.config/agent-sandbox/allowed-hosts")
+	set := settingsFrom(map[string]string{"HOME": filepath.Join(root, "home/u"), "XDG_RUNTIME_DIR": runtime, "TMPDIR": tmpdir})
 	for dir, refuse := range map[string]string{
 		"/":                        "it is or contains /,",
 		"/tmp":                     "it is or contains /tmp,",
@@ -182,7 +173,7 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 		project:                                        "",
 		filepath.Join(project, "x"):                    "",
 	} {
-		err := checkLaunchDir(dir, settingsWithAllowlist(list))
+		err := checkLaunchDir(dir, set)
 		switch {
 		case refuse == "" && err != nil:
 			t.Errorf("checkLaunchDir(%s) refused: %v", dir, err)
@@ -190,12 +181,4 @@ func TestCheckLaunchDirRefusesWhereSocketsLive(t *testing.T) {
 			t.Errorf("checkLaunchDir(%s) = %v, want a refusal naming %q", dir, err, refuse)
 		}
 	}
-}
-
-// settingsWithAllowlist is the test environment's settings with another
-// allowlist.
-func settingsWithAllowlist(path string) settings {
-	set := newSettings(os.LookupEnv)
-	set.allowlist = path
-	return set
 }

@@ -84,7 +84,7 @@ func TestAStopRequestStopsTheAgentAndTheSessionEndsWithItsCode(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	out := &lockedBuffer{}
-	set := newSettings(os.LookupEnv)
+	set := settingsFrom(nil)
 	set.stopRequests = requests
 	s := newSession(set, cfg, out)
 	err := outcome(context.Background(), s.runOn(context.Background(), eng, ""))

@@ -14,21 +14,19 @@ import (
 )
 
 // secretCmd runs `agent-sandbox secret ARGS...` through the real command
-// tree with stdin, and returns its exit code, stdout and stderr.
-func secretCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
+// tree with stdin, on a machine whose environment is env, and returns its
+// exit code, stdout and stderr.
+func secretCmd(t *testing.T, env map[string]string, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	return runCLI(t, stdin, append([]string{"secret"}, args...)...)
+	return runCLIIn(t, env, stdin, append([]string{"secret"}, args...)...)
 }
 
-func secretTestConfig(t *testing.T) string {
+// secretTestConfig is an environment with a config dir of its own, where
+// secrets go to dir, and no credential variable set.
+func secretTestConfig(t *testing.T) (dir string, env map[string]string) {
 	t.Helper()
 	xdg := t.TempDir()
-	t.Setenv("XDG_CONFIG_HOME", xdg)
-	for _, k := range credKinds {
-		t.Setenv(k.env, "")
-		os.Unsetenv(k.env)
-	}
-	return filepath.Join(xdg, "agent-sandbox", "secrets")
+	return filepath.Join(xdg, "agent-sandbox", "secrets"), map[string]string{"XDG_CONFIG_HOME": xdg}
 }
 
 func mode(t *testing.T, path string) os.FileMode {
@@ -41,8 +39,8 @@ func mode(t *testing.T, path string) os.FileMode {
 }
 
 func TestSecretSetStoresPrivately(t *testing.T) {
-	dir := secretTestConfig(t)
-	code, stdout, stderr := secretCmd(t, "sk-ant-api03-abc_DEF-123\n", "set", "anthropic")
+	dir, env := secretTestConfig(t)
+	code, stdout, stderr := secretCmd(t, env, "sk-ant-api03-abc_DEF-123\n", "set", "anthropic")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
@@ -67,7 +65,7 @@ func TestSecretSetStoresPrivately(t *testing.T) {
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := secretCmd(t, "sk-ant-api03-second", "set", "anthropic"); code != 0 {
+	if code, _, stderr := secretCmd(t, env, "sk-ant-api03-second", "set", "anthropic"); code != 0 {
 		t.Fatalf("second set: exit %d, stderr:\n%s", code, stderr)
 	}
 	if m := mode(t, path); m != 0o600 {
@@ -97,8 +95,8 @@ func TestSecretSetRefusals(t *testing.T) {
 		{"a space", "sk a", []string{"set", "anthropic-oauth"}, "the OAuth token is not an API key or token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := secretTestConfig(t)
-			code, _, stderr := secretCmd(t, tc.stdin, tc.args...)
+			dir, env := secretTestConfig(t)
+			code, _, stderr := secretCmd(t, env, tc.stdin, tc.args...)
 			if code != exitRefused {
 				t.Errorf("exit %d, want %d", code, exitRefused)
 			}
@@ -113,15 +111,15 @@ func TestSecretSetRefusals(t *testing.T) {
 }
 
 func TestSecretListNamesOnly(t *testing.T) {
-	dir := secretTestConfig(t)
+	dir, env := secretTestConfig(t)
 	for _, name := range []string{"openai", "anthropic"} {
-		if code, _, stderr := secretCmd(t, "value-of-"+name, "set", name); code != 0 {
+		if code, _, stderr := secretCmd(t, env, "value-of-"+name, "set", name); code != 0 {
 			t.Fatalf("set %s: %s", name, stderr)
 		}
 	}
 	// A file of another name is not a secret of ours.
 	must(t, os.WriteFile(filepath.Join(dir, "notes"), []byte("x"), 0o600))
-	code, stdout, stderr := secretCmd(t, "", "list")
+	code, stdout, stderr := secretCmd(t, env, "", "list")
 	if code != 0 || stdout != "anthropic\nopenai\n" {
 		t.Errorf("list: exit %d, stdout %q, stderr %q; want the two names", code, stdout, stderr)
 	}
@@ -131,27 +129,27 @@ func TestSecretListNamesOnly(t *testing.T) {
 	// A file others can read is listed with its fix, and list fails.
 	path := filepath.Join(dir, "openai")
 	must(t, os.Chmod(path, 0o644))
-	code, stdout, stderr = secretCmd(t, "", "list")
+	code, stdout, stderr = secretCmd(t, env, "", "list")
 	if code != exitRefused || stdout != "anthropic\nopenai\n" || !strings.Contains(stderr, "fix: chmod 600 "+path) {
 		t.Errorf("list with a 0644 file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 
 func TestSecretRemove(t *testing.T) {
-	dir := secretTestConfig(t)
-	if code, _, stderr := secretCmd(t, "k1", "set", "gemini"); code != 0 {
+	dir, env := secretTestConfig(t)
+	if code, _, stderr := secretCmd(t, env, "k1", "set", "gemini"); code != 0 {
 		t.Fatal(stderr)
 	}
-	if code, _, stderr := secretCmd(t, "", "rm", "gemini"); code != 0 || !strings.Contains(stderr, "removed gemini") {
+	if code, _, stderr := secretCmd(t, env, "", "rm", "gemini"); code != 0 || !strings.Contains(stderr, "removed gemini") {
 		t.Fatalf("rm: exit %d, stderr %q", code, stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "gemini")); !os.IsNotExist(err) {
 		t.Errorf("gemini still stored: %v", err)
 	}
-	if code, _, stderr := secretCmd(t, "", "rm", "gemini"); code != exitRefused || !strings.Contains(stderr, "no secret gemini is stored") {
+	if code, _, stderr := secretCmd(t, env, "", "rm", "gemini"); code != exitRefused || !strings.Contains(stderr, "no secret gemini is stored") {
 		t.Errorf("rm of a missing secret: exit %d, stderr %q", code, stderr)
 	}
-	if code, _, stderr := secretCmd(t, "", "rm", "../allowed-hosts"); code != exitRefused || !strings.Contains(stderr, "is not a secret agent-sandbox knows") {
+	if code, _, stderr := secretCmd(t, env, "", "rm", "../allowed-hosts"); code != exitRefused || !strings.Contains(stderr, "is not a secret agent-sandbox knows") {
 		t.Errorf("rm of a path: exit %d, stderr %q", code, stderr)
 	}
 }

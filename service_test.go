@@ -8,7 +8,7 @@ import "testing"
 // every entry.
 func TestAgentWritableCwd(t *testing.T) {
 	env := map[string]string{"HOME": "/nonexistent/home", "XDG_RUNTIME_DIR": "/nonexistent/run"}
-	set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	set := settingsFrom(env)
 	project := realpath(t.TempDir())
 	t.Chdir(project)
 	if got := agentWritableCwd(set); got != project {

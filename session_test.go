@@ -24,10 +24,6 @@ func testConfig(t *testing.T) sessionConfig {
 	old := readyTimeout
 	readyTimeout = 200 * time.Millisecond
 	t.Cleanup(func() { readyTimeout = old })
-	t.Setenv("AGENT_SANDBOX_IMAGE", "")
-	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "")
-	t.Setenv("AGENT_SANDBOX_HOME_VOLUME", "")
-	t.Setenv("AGENT_SANDBOX_NO_START_GC", "")
 	return sessionConfig{
 		name:          testSession,
 		launchDir:     "/work/project",
@@ -43,11 +39,16 @@ func testConfig(t *testing.T) sessionConfig {
 }
 
 // runSession runs a session with cfg against eng as launch does once the
-// API service runs, with the settings of the test's environment, and
+// API service runs, on a machine whose environment sets nothing, and
 // returns the exit code and what the session said on stderr.
 func runSession(ctx context.Context, eng engine, cfg sessionConfig) (int, func() string) {
+	return runSessionWith(ctx, eng, settingsFrom(nil), cfg)
+}
+
+// runSessionWith is runSession with the settings set.
+func runSessionWith(ctx context.Context, eng engine, set settings, cfg sessionConfig) (int, func() string) {
 	out := &lockedBuffer{}
-	s := newSession(newSettings(os.LookupEnv), cfg, out)
+	s := newSession(set, cfg, out)
 	err := outcome(ctx, s.runOn(ctx, eng, ""))
 	s.teardown(ctx, err)
 	report(out, err)
@@ -408,7 +409,7 @@ func TestSessionSpecs(t *testing.T) {
 func TestImageNamesAndOverrides(t *testing.T) {
 	env := map[string]string{}
 	images := func() (string, string) {
-		set := newSettings(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		set := settingsFrom(env)
 		return set.image, set.routerImage
 	}
 	if img, r := images(); img != "localhost/agent-sandbox:dev" || r != "localhost/agent-sandbox-router:dev" {
@@ -429,9 +430,9 @@ func TestImageNamesAndOverrides(t *testing.T) {
 func TestSessionMissingImageCreatesNothing(t *testing.T) {
 	eng := newFakeEngine()
 	cfg := testConfig(t)
-	t.Setenv("AGENT_SANDBOX_ROUTER_IMAGE", "localhost/my-router:1")
+	set := settingsFrom(map[string]string{"AGENT_SANDBOX_ROUTER_IMAGE": "localhost/my-router:1"})
 	eng.missingImages = map[string]bool{"localhost/my-router:1": true}
-	code, stderr := runSession(context.Background(), eng, cfg)
+	code, stderr := runSessionWith(context.Background(), eng, set, cfg)
 	if code != exitRefused {
 		t.Fatalf("exit code = %d, want %d", code, exitRefused)
 	}
@@ -559,7 +560,7 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	} {
 		cfg := testConfig(t)
 		cfg.launchDir = c.dir
-		s := newSession(newSettings(os.LookupEnv), cfg, io.Discard)
+		s := newSession(settingsFrom(nil), cfg, io.Discard)
 		err := s.openLaunchDir(runtimeDir)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.dir, err, c.want)
@@ -572,7 +573,7 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	must(t, release())
 	cfg := testConfig(t)
 	cfg.launchDir = running
-	s := newSession(newSettings(os.LookupEnv), cfg, io.Discard)
+	s := newSession(settingsFrom(nil), cfg, io.Discard)
 	if err := s.openLaunchDir(runtimeDir); err != nil {
 		t.Errorf("after the running session ended: %v", err)
 	}

@@ -30,9 +30,13 @@ type settings struct {
 	runtimeDir string // XDG_RUNTIME_DIR; "" when unset
 	tmpDir     string // TMPDIR
 
-	image, routerImage string // what sessions run
+	// image and routerImage are what sessions run: the variables', else
+	// agent-sandbox's own (defaultImageNames). Any other name is the
+	// user's, which a session and the doctor never build over
+	// (sessionImage.ours).
+	image, routerImage string
 	baseImage          string // what the sandbox image is built from
-	podman             string // the podman binary
+	podman             string // AGENT_SANDBOX_PODMAN, else podman on PATH
 
 	homeVolume    string // AGENT_SANDBOX_HOME_VOLUME: one home shared by name
 	egress        string // the shared egress network
