@@ -193,7 +193,7 @@ func TestWriteCredentialDir(t *testing.T) {
 
 // launcherCredentials does what launch does with the launcher's
 // environment and arguments: --env names go in, the rest is injected.
-func launcherCredentials(t *testing.T, cfg *sessionConfig, args []string, env map[string]string) {
+func launcherCredentials(t *testing.T, cfg *sessionFixture, args []string, env map[string]string) {
 	t.Helper()
 	la, err := parseLaunchArgs(args, lookupIn(env))
 	if err != nil {

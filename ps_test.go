@@ -86,7 +86,7 @@ func TestAStopRequestStopsTheAgentAndTheSessionEndsWithItsCode(t *testing.T) {
 	out := &lockedBuffer{}
 	set := settingsFrom(nil)
 	set.stopRequests = requests
-	s := newSession(set, cfg, out)
+	s := cfg.session(set, out)
 	err := outcome(context.Background(), s.runOn(context.Background(), eng, ""))
 	s.teardown(context.Background(), err)
 	if code := exitCode(err); code != 143 {

@@ -31,13 +31,11 @@ const (
 )
 
 // sessionConfig is what one session runs with, checked before anything is
-// created.
+// created; fixed once those checks pass (prepare). What the start's steps
+// make is sessionMade.
 type sessionConfig struct {
-	name      string
-	launchDir string
-	// tmp holds the router's and the forwarder's config, mounted
-	// read-only into both; they follow its changes.
-	tmp           string
+	name          string
+	launchDir     string
 	allowlist     string // watched while the session runs; "" for none
 	entries       []allowlist.Entry
 	cmd           []string
@@ -49,11 +47,6 @@ type sessionConfig struct {
 	egress        string // the shared egress network
 	homeVolume    string // the volume at /home/claude
 	homeLabels    map[string]string
-	// project is the launch dir as the scan found it: what is mounted
-	// read-only over it, and the stamps of what the host would run.
-	project launchProject
-	// cred is what the router adds credentials for (credentials.go).
-	cred sessionCredentials
 	// limits are the agent's; host is what this machine lets podman
 	// enforce of them and of the helpers' fixed limits.
 	limits limits.Limits
@@ -74,11 +67,26 @@ type sessionConfig struct {
 	listed []allowlist.Entry
 }
 
+// sessionMade is what the start's steps make, each once, in this order:
+// the launch dir as the scan found it, the session's dir, and the
+// credentials as found and written for the router.
+type sessionMade struct {
+	// project is what is mounted read-only over the launch dir, and the
+	// stamps of what the host would run.
+	project launchProject
+	// tmp holds the router's and the forwarder's config, mounted
+	// read-only into both; they follow its changes.
+	tmp string
+	// cred is what the router adds credentials for (credentials.go).
+	cred sessionCredentials
+}
+
 // session is one run of the agent. Its start steps each push their undo
 // onto undo the moment the object exists; teardown unwinds it.
 type session struct {
 	set    settings
 	cfg    sessionConfig
+	made   sessionMade
 	out    io.Writer // the user's stderr
 	eng    engine
 	conn   context.Context // the API connection, which teardown still uses
@@ -203,7 +211,7 @@ func (s *session) openLaunchDir(runtimeDir string) error {
 	// Released by teardown after everything else, the exit's look at the
 	// tree included: no session may scan the dir while that still runs.
 	s.releaseClaim = release
-	s.cfg.project, err = openProject(s.cfg.launchDir, scanHost(s.set), bound, s.out)
+	s.made.project, err = openProject(s.cfg.launchDir, scanHost(s.set), bound, s.out)
 	return err
 }
 
@@ -226,7 +234,7 @@ func (s *session) makeDirs(runtimeDir string) error {
 		return refused(err)
 	}
 	s.undo.push("the session's dir "+tmp, func(context.Context) error { return os.RemoveAll(tmp) })
-	s.cfg.tmp = tmp
+	s.made.tmp = tmp
 	cred, warnings, err := credentialsFor(s.set, s.cfg.env, runtimeDir, s.cfg.name)
 	for _, w := range warnings {
 		iostreams.Say(s.out, "%s", w)
@@ -237,7 +245,7 @@ func (s *session) makeDirs(runtimeDir string) error {
 	if w := loginWarning(cred, s.cfg.entries, s.cfg.cmd); w != "" {
 		iostreams.Say(s.out, "%s", w)
 	}
-	cred.forge = cred.forge.withRepos(s.cfg.project.tree, s.cfg.repos)
+	cred.forge = cred.forge.withRepos(s.made.project.tree, s.cfg.repos)
 	if line := cred.forge.startLine(); line != "" {
 		iostreams.Say(s.out, "%s", line)
 	}
@@ -247,7 +255,7 @@ func (s *session) makeDirs(runtimeDir string) error {
 	if cred.dir != "" {
 		s.undo.push("the credential dir "+cred.dir, func(context.Context) error { return os.RemoveAll(cred.dir) })
 	}
-	s.cfg.cred = cred
+	s.made.cred = cred
 	return nil
 }
 
@@ -388,7 +396,7 @@ func (s *session) createNetworks(ctx context.Context) (netip.Addr, error) {
 // writeRouterFiles writes the router's and the forwarder's config for the
 // allowlist into the session's temp dir.
 func (s *session) writeRouterFiles(routerIP netip.Addr) error {
-	files, err := newRouterFiles(s.cfg.tmp, routerIP.String(), s.cfg.cred.plan())
+	files, err := newRouterFiles(s.made.tmp, routerIP.String(), s.made.cred.plan())
 	if err != nil {
 		return refused(err)
 	}
@@ -432,7 +440,7 @@ func (s *session) startRouterAndPod(ctx context.Context, routerIP netip.Addr) er
 }
 
 func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
-	spec := routerSpec(s.set.routerImage, s.names, s.labels, routerIP, s.cfg)
+	spec := routerSpec(s.set.routerImage, s.names, s.labels, routerIP, s.cfg, s.made)
 	if err := created(ctx, undo, "container "+spec.Name, func() error { return s.eng.ContainerCreate(ctx, spec) },
 		func(ctx context.Context) error { return s.eng.ContainerRemove(ctx, spec.Name) }); err != nil {
 		return err
@@ -455,16 +463,16 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 	// that only its start is left once both helpers are ready.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		spec := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg)
+		spec := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg, s.made)
 		// The runtime resolves the mounts' sources again, following links:
 		// they must still be what the scan saw.
-		if err := s.cfg.project.verify(); err != nil {
+		if err := s.made.project.verify(); err != nil {
 			return refused(err)
 		}
 		return s.eng.ContainerCreate(gctx, spec)
 	})
 	g.Go(func() error {
-		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.cfg.tmp, s.cfg.host)
+		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.made.tmp, s.cfg.host)
 		if err := s.eng.ContainerCreate(gctx, f); err != nil {
 			return err
 		}
@@ -509,7 +517,7 @@ func (s *session) run(ctx context.Context) error {
 	if s.cfg.limitsNote != "" {
 		iostreams.Say(s.out, "%s", s.cfg.limitsNote)
 	}
-	if l := unreadHosts(s.cfg.cred, s.cfg.entries); l != "" {
+	if l := unreadHosts(s.made.cred, s.cfg.entries); l != "" {
 		iostreams.Say(s.out, "%s", l)
 	}
 	for _, p := range s.cfg.published {
@@ -600,7 +608,7 @@ func (s *session) teardown(ctx context.Context, result error) {
 	if s.agentStarted {
 		agentGone = s.endAgent(tctx)
 	}
-	s.cfg.project.close()
+	s.made.project.close()
 	var err error
 	releaseClaim := func() {
 		if s.releaseClaim == nil {
@@ -664,7 +672,7 @@ func (s *session) endAgent(ctx context.Context) bool {
 		gone = s.eng.ContainerStop(ctx, s.names.agent, agentStopTimeout) == nil
 	}
 	left := make(chan []string, 1)
-	go func() { left <- s.cfg.project.leftForHost() }()
+	go func() { left <- s.made.project.leftForHost() }()
 	routerLog := s.eng.ContainerLogs(ctx, s.names.router, routerReportLines)
 	if !strings.Contains(routerLog, routerlog.StartLine) {
 		// Cut: longer than the tail read, or started over by conmon past
@@ -674,11 +682,11 @@ func (s *session) endAgent(ctx context.Context) bool {
 	}
 	hosts, unprintable := blockedHosts(routerLog, s.files.entries())
 	fmt.Fprint(s.out, blockedSummary(hosts, unprintable))
-	fmt.Fprint(s.out, credentialSummary(routerLog, s.cfg.cred.creds, s.files.entries()))
-	fmt.Fprint(s.out, removedSummary(routerLog, s.cfg.cred.creds))
+	fmt.Fprint(s.out, credentialSummary(routerLog, s.made.cred.creds, s.files.entries()))
+	fmt.Fprint(s.out, removedSummary(routerLog, s.made.cred.creds))
 	fmt.Fprint(s.out, forgeSummary(routerLog))
-	if len(s.cfg.cred.creds) > 0 {
-		fmt.Fprint(s.out, apiGateSummary(routerLog, s.cfg.cred.apiAllow))
+	if len(s.made.cred.creds) > 0 {
+		fmt.Fprint(s.out, apiGateSummary(routerLog, s.made.cred.apiAllow))
 	}
 	for _, l := range <-left {
 		iostreams.Say(s.out, "%s", l)

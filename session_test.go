@@ -19,15 +19,22 @@ import (
 
 const testSession = "agent-sandbox-1-2"
 
-func testConfig(t *testing.T) sessionConfig {
+// sessionFixture is a session as a test sets it up: its config, and what
+// its start would have made before the steps runOn takes (the session's
+// dir, found credentials, a scanned launch dir).
+type sessionFixture struct {
+	sessionConfig
+	sessionMade
+}
+
+func testConfig(t *testing.T) sessionFixture {
 	t.Helper()
 	old := readyTimeout
 	readyTimeout = 200 * time.Millisecond
 	t.Cleanup(func() { readyTimeout = old })
-	return sessionConfig{
+	return sessionFixture{sessionConfig{
 		name:          testSession,
 		launchDir:     "/work/project",
-		tmp:           t.TempDir(),
 		entries:       []allowlist.Entry{{Host: "allowed.test", Port: 443}, {Host: "allowed.test", Port: 2222}},
 		cmd:           []string{"sh", "-c", "exit 7"},
 		upstreamDNS:   "10.99.0.10",
@@ -35,20 +42,27 @@ func testConfig(t *testing.T) sessionConfig {
 		egress:        egressNet,
 		homeVolume:    "agent-sandbox-home",
 		homeLabels:    map[string]string{labelShared: "true"},
-	}
+	}, sessionMade{tmp: t.TempDir()}}
+}
+
+// session is the fixture as newSession makes it, with what its start made.
+func (f sessionFixture) session(set settings, out io.Writer) *session {
+	s := newSession(set, f.sessionConfig, out)
+	s.made = f.sessionMade
+	return s
 }
 
 // runSession runs a session with cfg against eng as launch does once the
 // API service runs, on a machine whose environment sets nothing, and
 // returns the exit code and what the session said on stderr.
-func runSession(ctx context.Context, eng engine, cfg sessionConfig) (int, func() string) {
+func runSession(ctx context.Context, eng engine, cfg sessionFixture) (int, func() string) {
 	return runSessionWith(ctx, eng, settingsFrom(nil), cfg)
 }
 
 // runSessionWith is runSession with the settings set.
-func runSessionWith(ctx context.Context, eng engine, set settings, cfg sessionConfig) (int, func() string) {
+func runSessionWith(ctx context.Context, eng engine, set settings, cfg sessionFixture) (int, func() string) {
 	out := &lockedBuffer{}
-	s := newSession(set, cfg, out)
+	s := cfg.session(set, out)
 	err := outcome(ctx, s.runOn(ctx, eng, ""))
 	s.teardown(ctx, err)
 	report(out, err)
@@ -560,12 +574,12 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	} {
 		cfg := testConfig(t)
 		cfg.launchDir = c.dir
-		s := newSession(settingsFrom(nil), cfg, io.Discard)
+		s := cfg.session(settingsFrom(nil), io.Discard)
 		err := s.openLaunchDir(runtimeDir)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.dir, err, c.want)
 		}
-		if s.cfg.project.root != nil {
+		if s.made.project.root != nil {
 			t.Errorf("%s was scanned although it was refused", c.dir)
 		}
 		s.undo.unwind(context.Background())
@@ -573,10 +587,10 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	must(t, release())
 	cfg := testConfig(t)
 	cfg.launchDir = running
-	s := newSession(settingsFrom(nil), cfg, io.Discard)
+	s := cfg.session(settingsFrom(nil), io.Discard)
 	if err := s.openLaunchDir(runtimeDir); err != nil {
 		t.Errorf("after the running session ended: %v", err)
 	}
 	s.undo.unwind(context.Background())
-	s.cfg.project.close()
+	s.made.project.close()
 }

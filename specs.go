@@ -26,7 +26,7 @@ import (
 // direct instead of 0.53 (BENCHMARKS.md).
 const sessionMTU = "65520"
 
-func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig) *specgen.SpecGenerator {
+func routerSpec(image string, names sessionNames, labels map[string]string, routerIP netip.Addr, cfg sessionConfig, made sessionMade) *specgen.SpecGenerator {
 	// No auto-remove: if the router dies, its logs say why. Teardown
 	// removes it.
 	r := newSpec(image, names.router, labels)
@@ -39,15 +39,15 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	}
 	// "z", not "Z": the forwarder mounts the same directory.
 	r.Mounts = []spec.Mount{
-		{Type: "bind", Source: cfg.tmp, Destination: routerConfigDir, Options: []string{"ro", "z"}},
-		{Type: "bind", Source: tlsDirOf(cfg.tmp), Destination: routerconf.TLSSocketDir, Options: []string{"z"}},
+		{Type: "bind", Source: made.tmp, Destination: routerConfigDir, Options: []string{"ro", "z"}},
+		{Type: "bind", Source: tlsDirOf(made.tmp), Destination: routerconf.TLSSocketDir, Options: []string{"z"}},
 		// routerd writes the session CA's certificate here; its key stays
 		// in routerd's memory.
-		{Type: "bind", Source: caDirOf(cfg.tmp), Destination: routerCADir, Options: []string{"z"}},
+		{Type: "bind", Source: caDirOf(made.tmp), Destination: routerCADir, Options: []string{"z"}},
 	}
-	if cfg.cred.dir != "" {
+	if made.cred.dir != "" {
 		// The credentials: the router's alone ("Z").
-		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: cfg.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
+		r.Mounts = append(r.Mounts, spec.Mount{Type: "bind", Source: made.cred.dir, Destination: routerCredentialDir, Options: []string{"ro", "Z"}})
 	}
 	allow := cfg.upstreamAllow
 	if mutated("private-range-filter") {
@@ -125,7 +125,7 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 
 // agentSpec: the agent runs unprivileged; podman's default bounding set
 // stays, minus what could touch the network, so nested containers work.
-func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig) *specgen.SpecGenerator {
+func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig, made sessionMade) *specgen.SpecGenerator {
 	c := newSpec(image, names.agent, labels)
 	// No auto-remove: under load podman's cleanup removed the exited
 	// container before the launcher's wait, and its exit code was lost.
@@ -146,10 +146,10 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Devices = []spec.LinuxDevice{{Path: "/dev/fuse"}, {Path: "/dev/net/tun"}}
 	c.Volumes = []*specgen.NamedVolume{{Name: homeVolume, Dest: "/home/claude"}}
 	c.Mounts = []spec.Mount{{Type: "bind", Source: cfg.launchDir, Destination: cfg.launchDir}}
-	c.Mounts = append(c.Mounts, cfg.project.mounts(cfg.launchDir)...)
+	c.Mounts = append(c.Mounts, made.project.mounts(cfg.launchDir)...)
 	// The system bundle plus the session's CA, which the router's
 	// inspecting proxy signs with, in place of the image's bundle.
-	c.Mounts = append(c.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(caDirOf(cfg.tmp), caBundleFile), Destination: agentCABundle, Options: []string{"ro"}})
+	c.Mounts = append(c.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(caDirOf(made.tmp), caBundleFile), Destination: agentCABundle, Options: []string{"ro"}})
 	c.WorkDir = cfg.launchDir
 	c.Env = map[string]string{}
 	for k, v := range cfg.env {
@@ -159,10 +159,10 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// No telemetry, error reports or feature flags: hosts that take data
 	// under anyone's credentials.
 	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-	for k, v := range gitRewriteEnv(cfg.cred.forge.gitHost) {
+	for k, v := range gitRewriteEnv(made.cred.forge.gitHost) {
 		c.Env[k] = v
 	}
-	for k, v := range agentCredentialEnv(cfg.cred.creds) {
+	for k, v := range agentCredentialEnv(made.cred.creds) {
 		c.Env[k] = v
 	}
 	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
