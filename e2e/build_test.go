@@ -50,17 +50,17 @@ func TestFirstRunBuild(t *testing.T) {
 			t.Errorf("first run took %s: the build did not come from the layer cache", r.Elapsed)
 		}
 		for _, img := range missing {
-			if !strings.Contains(r.Stderr, "agent-sandbox: image "+img+" is missing: building it") {
+			if !strings.Contains(r.Stderr(), "agent-sandbox: image "+img+" is missing: building it") {
 				t.Errorf("stderr does not say %s is being built", img)
 			}
-			if !strings.Contains(r.Stderr, "agent-sandbox: built "+img+" in ") {
+			if !strings.Contains(r.Stderr(), "agent-sandbox: built "+img+" in ") {
 				t.Errorf("stderr does not say %s was built", img)
 			}
 		}
 		if copied {
-			wantSteps(t, r.Stderr, "router")
+			wantSteps(t, r.Stderr(), "router")
 		} else {
-			wantSteps(t, r.Stderr, "sandbox", "router")
+			wantSteps(t, r.Stderr(), "sandbox", "router")
 		}
 		// Rebuilt from the cache: the very images that were there.
 		wantImageIDs(t, ids)
@@ -73,11 +73,11 @@ func TestFirstRunBuild(t *testing.T) {
 			Timeout: cachedBuildLimit,
 		})
 		wantCode(t, r, 0)
-		wantSteps(t, r.Stderr, "router")
-		if strings.Contains(r.Stderr, "sandbox image") {
+		wantSteps(t, r.Stderr(), "router")
+		if strings.Contains(r.Stderr(), "sandbox image") {
 			t.Errorf("--only router also built the sandbox image")
 		}
-		if !strings.Contains(r.Stderr, "agent-sandbox: built "+defaultRouterImage+" in ") {
+		if !strings.Contains(r.Stderr(), "agent-sandbox: built "+defaultRouterImage+" in ") {
 			t.Errorf("stderr does not say %s was built", defaultRouterImage)
 		}
 		wantImageIDs(t, ids)

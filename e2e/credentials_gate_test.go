@@ -86,7 +86,7 @@ func rowAPIGate(t *testing.T, ev *evidence) {
 	allow := "allowed.test passthrough\n*.wild.test passthrough\n" + credHost + "\n" + openaiHost + "\n" + geminiHost + "\n"
 	base := map[string]string{"anthropic": "$ANTHROPIC_BASE_URL", "openai": "${OPENAI_BASE_URL%/v1}", "gemini": "$GOOGLE_GEMINI_BASE_URL"}
 	hostOf := map[string]string{"anthropic": credHost, "openai": openaiHost, "gemini": geminiHost}
-	run := func(extra map[string]string) (map[string]probeResult, sessionResult, []gateCase, []string) {
+	run := func(extra map[string]string) (map[string]probeResult, *launcher, []gateCase, []string) {
 		dir := launchDir(t)
 		if err := os.WriteFile(filepath.Join(dir, "gate.py"), []byte(gatePy), 0o644); err != nil {
 			t.Fatal(err)
@@ -135,8 +135,8 @@ func rowAPIGate(t *testing.T, ev *evidence) {
 			if len(lines) > 0 {
 				t.Errorf("LEAK: %s: a refused request reached the API host:\n%s", c.name, strings.Join(lines, "\n"))
 			}
-			if want := hostOf[c.provider] + " POST "; !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "rule "+c.rule) {
-				t.Errorf("%s: the exit report does not list the refusal (%q, rule %s):\n%s", c.name, want, c.rule, indent(r.Stderr))
+			if want := hostOf[c.provider] + " POST "; !strings.Contains(r.Stderr(), want) || !strings.Contains(r.Stderr(), "rule "+c.rule) {
+				t.Errorf("%s: the exit report does not list the refusal (%q, rule %s):\n%s", c.name, want, c.rule, indent(r.Stderr()))
 			}
 			refused++
 			continue
@@ -156,8 +156,8 @@ func rowAPIGate(t *testing.T, ev *evidence) {
 		}
 		arrived++
 	}
-	if !strings.Contains(r.Stderr, "trimmed a web fetch tool's domains") {
-		t.Errorf("the exit report does not say the web fetch tool was trimmed:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), "trimmed a web fetch tool's domains") {
+		t.Errorf("the exit report does not say the web fetch tool was trimmed:\n%s", indent(r.Stderr()))
 	}
 
 	// Opened path: with every rule that can be turned off turned off by
@@ -176,8 +176,8 @@ func rowAPIGate(t *testing.T, ev *evidence) {
 		}
 		opened++
 	}
-	if !strings.Contains(r2.Stderr, "are off (AGENT_SANDBOX_API_ALLOW)") || !strings.Contains(r2.Stderr, "were off for this session") {
-		t.Errorf("opened path: the session did not say at start and at exit that rules were off:\n%s", indent(r2.Stderr))
+	if !strings.Contains(r2.Stderr(), "are off (AGENT_SANDBOX_API_ALLOW)") || !strings.Contains(r2.Stderr(), "were off for this session") {
+		t.Errorf("opened path: the session did not say at start and at exit that rules were off:\n%s", indent(r2.Stderr()))
 	}
 	if !t.Failed() {
 		ev.add("%d refused (403/415/400 naming the rule and AGENT_SANDBOX_API_ALLOW), none reached the fake, each listed at exit; %d plain requests arrived with the user's key; web_fetch arrived trimmed to x.wild.test; "+

@@ -158,10 +158,11 @@ func recipeCredRow(t *testing.T, ev *evidence, a recipeAPI) {
 	} else {
 		env["AGENT_SANDBOX_AGENT"] = a.recipe
 	}
-	h := holdSession(t, relOpts{
-		Dir:  credDir(t),
-		Args: args,
-		Env:  credEnvFor(a.provider, a.host, env),
+	h := holdSession(t, sessionOpts{
+		Trace: true,
+		Dir:   credDir(t),
+		Args:  args,
+		Env:   credEnvFor(a.provider, a.host, env),
 		// Up to three CLI runs and a look through a 2 GB image.
 		Timeout: 8 * time.Minute,
 	}, probes...)

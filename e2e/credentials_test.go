@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -237,8 +235,8 @@ timeout 120 claude -p 'Say hello.'`},
 			Timeout: 3 * time.Minute,
 		})
 		wantCode(t, r, 0)
-		if !strings.Contains(r.Stdout, "Hello from the fake Messages API.") {
-			t.Errorf("%s: claude -p did not print the fake's answer:\n%s", v.name, indent(r.Stdout))
+		if !strings.Contains(r.Stdout(), "Hello from the fake Messages API.") {
+			t.Errorf("%s: claude -p did not print the fake's answer:\n%s", v.name, indent(r.Stdout()))
 		}
 		// An API key's placeholder is an auth token (credentials.go says
 		// why); an OAuth token's is one.
@@ -246,22 +244,22 @@ timeout 120 claude -p 'Say hello.'`},
 		if v.env == "ANTHROPIC_API_KEY" {
 			placeholder = "key= auth=" + placeholderKey + " token="
 		}
-		if want := "base=https://" + credHost + " " + placeholder + " nonessential=1"; !strings.Contains(r.Stdout, want) {
-			t.Errorf("%s: the agent's environment is not %q:\n%s", v.name, want, indent(r.Stdout))
+		if want := "base=https://" + credHost + " " + placeholder + " nonessential=1"; !strings.Contains(r.Stdout(), want) {
+			t.Errorf("%s: the agent's environment is not %q:\n%s", v.name, want, indent(r.Stdout()))
 		}
 		n := wantOnlyHeader(t, mark, v.want...)
 		if !strings.Contains(mark.since(), "api messages streamed") {
 			t.Errorf("%s: the fake never streamed an answer:\n%s", v.name, mark.since())
 		}
 		summary := regexp.MustCompile(`(?m)^agent-sandbox:   ` + regexp.QuoteMeta(credHost) + `  ` + v.env + ` from your environment, [1-9][0-9]* requests?$`)
-		if !summary.MatchString(r.Stderr) {
-			t.Errorf("%s: the exit summary does not say the router added %s for %s:\n%s", v.name, v.env, credHost, indent(r.Stderr))
+		if !summary.MatchString(r.Stderr()) {
+			t.Errorf("%s: the exit summary does not say the router added %s for %s:\n%s", v.name, v.env, credHost, indent(r.Stderr()))
 		}
 		// Nothing else was asked for: no telemetry or error-report host.
-		if strings.Contains(r.Stderr, "blocked these hosts") {
-			t.Errorf("%s: claude reached for hosts beyond its API:\n%s", v.name, indent(r.Stderr))
+		if strings.Contains(r.Stderr(), "blocked these hosts") {
+			t.Errorf("%s: claude reached for hosts beyond its API:\n%s", v.name, indent(r.Stderr()))
 		}
-		if strings.Contains(r.Stdout+r.Stderr, v.value) {
+		if strings.Contains(r.Stdout()+r.Stderr(), v.value) {
 			t.Errorf("LEAK: %s: the launcher printed the credential", v.name)
 		}
 		if !t.Failed() {
@@ -281,7 +279,7 @@ type heldSession struct {
 // holdSession runs probes in a session that stays up after them until the
 // router's and forwarder's logs and podman inspect of its three containers
 // have been read; o.Timeout must leave a minute for the end.
-func holdSession(t *testing.T, o relOpts, probes ...probe) heldSession {
+func holdSession(t *testing.T, o sessionOpts, probes ...probe) heldSession {
 	t.Helper()
 	hold := probe{"hold", `touch ./ready
 i=0; while [ ! -e ./go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`}
@@ -358,7 +356,8 @@ func rowKeyOutOfReach(t *testing.T, ev *evidence) {
 	key := "sk-ant-api03-" + newNonce(t)
 	look := "python3 -S ./cred.py look " + halves(key)
 	mark := markFakeLog()
-	h := holdSession(t, relOpts{
+	h := holdSession(t, sessionOpts{
+		Trace:   true,
 		Dir:     credDir(t),
 		Env:     credEnv(map[string]string{"ANTHROPIC_API_KEY": key, "AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, credAllowlist)}),
 		Timeout: 4 * time.Minute,
@@ -376,15 +375,15 @@ func rowKeyOutOfReach(t *testing.T, ev *evidence) {
 		Args: []string{"--env", "ANTHROPIC_API_KEY", "--exec", "sh", "-c", seen}, Timeout: 4 * time.Minute})
 	wantCode(t, r, 0)
 	for _, want := range []string{"env=1", "files=/var/tmp/seen"} {
-		if !strings.Contains(r.Stdout, want) {
-			t.Errorf("opened path: the look did not find a key passed with --env (want %s):\n%s", want, indent(r.Stdout))
+		if !strings.Contains(r.Stdout(), want) {
+			t.Errorf("opened path: the look did not find a key passed with --env (want %s):\n%s", want, indent(r.Stdout()))
 		}
 	}
-	if strings.Contains(r.Stdout, "proc=0") {
-		t.Errorf("opened path: no /proc/*/environ held the passed key:\n%s", indent(r.Stdout))
+	if strings.Contains(r.Stdout(), "proc=0") {
+		t.Errorf("opened path: no /proc/*/environ held the passed key:\n%s", indent(r.Stdout()))
 	}
-	if !strings.Contains(r.Stderr, "ANTHROPIC_API_KEY goes into the sandbox (--env): the agent can read it") {
-		t.Errorf("--env of a key gave no warning:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), "ANTHROPIC_API_KEY goes into the sandbox (--env): the agent can read it") {
+		t.Errorf("--env of a key gave no warning:\n%s", indent(r.Stderr()))
 	}
 	if !t.Failed() {
 		ev.add("key absent from env, /proc/*/environ and cmdline, %s readable files under / (home volume and launch dir included), the router's and forwarder's logs (which show the proxied request), podman inspect of the three containers and the launcher's output; passed with --env, env, proc and files find it (opened path) and the launcher warns", files)
@@ -422,7 +421,7 @@ func rowAgentKeyReplaced(t *testing.T, ev *evidence) {
 	if last-first < 1.5 {
 		t.Errorf("the first event came %.2fs before the last, want the fake's 2s pause between them: buffered", last-first)
 	}
-	if strings.Contains(r.Stdout+r.Stderr, key) {
+	if strings.Contains(r.Stdout()+r.Stderr(), key) {
 		t.Error("LEAK: the launcher printed the key")
 	}
 	if !t.Failed() {
@@ -459,8 +458,8 @@ func rowDirectTLSClosed(t *testing.T, ev *evidence) {
 	wantNeverArrived(t, n2, "TLS by SNI to the API host at the router's address")
 	wantOK(t, res, "control", "hello from allowed.test")
 	wantArrived(t, n3, "TLS to a plain allowed host")
-	if !strings.Contains(r.Stderr, credHost+"  ANTHROPIC_API_KEY from your environment, 1 request") {
-		t.Errorf("the exit summary does not count the request:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), credHost+"  ANTHROPIC_API_KEY from your environment, 1 request") {
+		t.Errorf("the exit summary does not count the request:\n%s", indent(r.Stderr()))
 	}
 	// Opened path: without a credential the host (marked passthrough in
 	// credAllowlist) passes by SNI, unread, and the agent's key arrives.
@@ -479,21 +478,19 @@ func rowDirectTLSClosed(t *testing.T, ev *evidence) {
 func rowStoredSecret(t *testing.T, ev *evidence) {
 	key := "sk-ant-api03-" + newNonce(t)
 	xdg := mkdir(t, "xdg-")
-	set := exec.Command(harness.bin, "secret", "set", "anthropic")
-	set.Env = sessionEnv(map[string]string{"XDG_CONFIG_HOME": xdg})
-	set.Stdin = strings.NewReader(key + "\n")
-	out, err := set.CombinedOutput()
-	if err != nil || strings.Contains(string(out), key) {
-		t.Fatalf("secret set: %v\n%s", err, out)
+	set := startLauncher(t, sessionOpts{Args: []string{"secret", "set", "anthropic"}, BareEnv: true, CombinedOutput: true,
+		Env: map[string]string{"XDG_CONFIG_HOME": xdg}, Stdin: strings.NewReader(key + "\n")}).wait()
+	if set.Err != nil || strings.Contains(set.Stdout(), key) {
+		t.Fatalf("secret set: %v\n%s", set.Err, set.Stdout())
 	}
 	path := filepath.Join(xdg, "agent-sandbox", "secrets", "anthropic")
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("stored secret %s: %v %v, want mode 0600", path, fi.Mode(), err)
 	}
-	list := exec.Command(harness.bin, "secret", "list")
-	list.Env = set.Env
-	if out, err := list.Output(); err != nil || string(out) != "anthropic\n" {
-		t.Errorf("secret list = %q, %v", out, err)
+	list := startLauncher(t, sessionOpts{Args: []string{"secret", "list"}, BareEnv: true,
+		Env: map[string]string{"XDG_CONFIG_HOME": xdg}}).wait()
+	if list.Err != nil || list.Stdout() != "anthropic\n" {
+		t.Errorf("secret list = %q, %v", list.Stdout(), list.Err)
 	}
 
 	mark := markFakeLog()
@@ -501,8 +498,8 @@ func rowStoredSecret(t *testing.T, ev *evidence) {
 		probe{"post", `python3 -S ./cred.py post "$ANTHROPIC_BASE_URL" "authorization: Bearer $ANTHROPIC_AUTH_TOKEN"`})
 	wantOK(t, res, "post", "status=200")
 	wantOnlyHeader(t, mark, `x-api-key="`+key+`"`)
-	if !strings.Contains(r.Stderr, credHost+"  the stored secret anthropic, 1 request") {
-		t.Errorf("the exit summary does not name the stored secret:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), credHost+"  the stored secret anthropic, 1 request") {
+		t.Errorf("the exit summary does not name the stored secret:\n%s", indent(r.Stderr()))
 	}
 
 	if err := os.Chmod(path, 0o644); err != nil {
@@ -514,10 +511,10 @@ func rowStoredSecret(t *testing.T, ev *evidence) {
 		Cmd: []string{"sh", "-c", "echo ran-" + nonce}})
 	wantCode(t, r, 1)
 	want := "agent-sandbox: " + path + " is open to other users (mode 0644); fix: chmod 600 " + path
-	if strings.TrimSpace(r.Stderr) != want {
-		t.Errorf("stderr = %q, want the one line %q", r.Stderr, want)
+	if strings.TrimSpace(r.Stderr()) != want {
+		t.Errorf("stderr = %q, want the one line %q", r.Stderr(), want)
 	}
-	if strings.Contains(r.Stdout, "ran-"+nonce) {
+	if strings.Contains(r.Stdout(), "ran-"+nonce) {
 		t.Error("the agent ran with a 0644 secret")
 	}
 	wantNothingCreated(t, before, r)
@@ -526,7 +523,7 @@ func rowStoredSecret(t *testing.T, ev *evidence) {
 	}
 }
 
-// writeAllowlist writes an allowlist file for startLauncher.
+// writeAllowlist writes an allowlist file for a run whose Env names it.
 func writeAllowlist(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(mkdir(t, "cfg-"), "allowed-hosts")
@@ -540,8 +537,7 @@ func writeAllowlist(t *testing.T, content string) string {
 // white space removed: Claude Code's interface moves the cursor between
 // words instead of printing spaces.
 type screen struct {
-	mu  sync.Mutex
-	raw bytes.Buffer
+	raw syncBuffer
 }
 
 var escapes = regexp.MustCompile(`\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>78])`)
@@ -550,9 +546,7 @@ func (s *screen) read(f *os.File) {
 	buf := make([]byte, 4096)
 	for {
 		n, err := f.Read(buf)
-		s.mu.Lock()
 		s.raw.Write(buf[:n])
-		s.mu.Unlock()
 		if err != nil {
 			return
 		}
@@ -560,8 +554,6 @@ func (s *screen) read(f *os.File) {
 }
 
 func (s *screen) text() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	t := escapes.ReplaceAllString(s.raw.String(), "")
 	return strings.Map(func(r rune) rune {
 		if unicode.IsSpace(r) || r == 0 {
@@ -596,7 +588,7 @@ func rowInteractiveClaude(t *testing.T, ev *evidence) {
 		setSize(t, master, 40, 120)
 		scr := &screen{}
 		go scr.read(master)
-		l := startLauncher(t, relOpts{Dir: dir, HomeVolume: home, PTY: slave, Env: env, Cmd: []string{"claude"}, Timeout: 3 * time.Minute})
+		l := startLauncher(t, sessionOpts{Trace: true, Dir: dir, HomeVolume: home, PTY: slave, Env: env, Cmd: []string{"claude"}, Timeout: 3 * time.Minute})
 		fn(scr, master)
 		if !l.done() {
 			// Ctrl-C twice is how one leaves Claude Code.

@@ -60,10 +60,10 @@ func rowSocketDirs(t *testing.T, ev *evidence) {
 		if how == "" {
 			how = "it is or contains "
 		}
-		if want := "refusing to mount " + d.dir + ": " + how + d.name; !strings.Contains(r.Stderr, want) {
-			t.Errorf("launch from %s: stderr lacks %q:\n%s", d.dir, want, indent(r.Stderr))
+		if want := "refusing to mount " + d.dir + ": " + how + d.name; !strings.Contains(r.Stderr(), want) {
+			t.Errorf("launch from %s: stderr lacks %q:\n%s", d.dir, want, indent(r.Stderr()))
 		}
-		if strings.Contains(r.Stdout, "ran-"+nonce) {
+		if strings.Contains(r.Stdout(), "ran-"+nonce) {
 			t.Errorf("LEAK: the agent ran in %s", d.dir)
 		}
 		if d.how != "" {
@@ -151,10 +151,10 @@ func rowSocketInProject(t *testing.T, ev *evidence) {
 	nonce := newNonce(t)
 	r := runSession(t, sessionOpts{Dir: dir, Cmd: []string{"sh", "-c", sendToSocket(filepath.Join(dir, "run/dev/control.sock"), nonce) + "; echo ran-" + nonce}})
 	wantCode(t, r, 1)
-	if want := "holds the unix socket " + filepath.Join(dir, "run/dev/control.sock"); !strings.Contains(r.Stderr, want) {
-		t.Errorf("stderr lacks %q:\n%s", want, indent(r.Stderr))
+	if want := "holds the unix socket " + filepath.Join(dir, "run/dev/control.sock"); !strings.Contains(r.Stderr(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, indent(r.Stderr()))
 	}
-	if strings.Contains(r.Stdout, "ran-"+nonce) {
+	if strings.Contains(r.Stdout(), "ran-"+nonce) {
 		t.Errorf("LEAK: the agent ran in a dir holding a socket")
 	}
 	wantNothingCreated(t, before, r)
@@ -167,8 +167,8 @@ func rowSocketInProject(t *testing.T, ev *evidence) {
 	nonceFifo := newNonce(t)
 	rf := runSession(t, sessionOpts{Dir: fifoDir, Cmd: []string{"sh", "-c", "echo ran-" + nonceFifo}})
 	wantCode(t, rf, 1)
-	if want := "holds the named pipe " + filepath.Join(fifoDir, "commands.fifo"); !strings.Contains(rf.Stderr, want) || strings.Contains(rf.Stdout, "ran-"+nonceFifo) {
-		t.Errorf("a dir holding a named pipe was not refused naming it (%q):\n%s", want, indent(rf.Stderr))
+	if want := "holds the named pipe " + filepath.Join(fifoDir, "commands.fifo"); !strings.Contains(rf.Stderr(), want) || strings.Contains(rf.Stdout(), "ran-"+nonceFifo) {
+		t.Errorf("a dir holding a named pipe was not refused naming it (%q):\n%s", want, indent(rf.Stderr()))
 	}
 	wantNothingCreated(t, before, rf)
 
@@ -230,7 +230,7 @@ func rowMountRace(t *testing.T, ev *evidence) {
 		// Starts spread over the swap's period land on both of its states.
 		time.Sleep(time.Duration(i*37%100) * time.Millisecond)
 		nonce := newNonce(t)
-		l := startLauncher(t, relOpts{Dir: outer, Bin: intoInner, Cmd: agentCmd("echo ran-" + nonce)}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Dir: outer, Bin: intoInner, Cmd: agentCmd("echo ran-" + nonce)}).wait()
 		if l.Code != 1 {
 			t.Errorf("try %d: exit %d, want 1 (refused)", i, l.Code)
 		}
@@ -274,7 +274,7 @@ while [ ! -e stop ]; do
   n=$((n+1)); echo $n > flips
   sleep 0.05
 done`
-	l := startLauncher(t, relOpts{Dir: dir, Cmd: agentCmd(script), Timeout: 4 * time.Minute})
+	l := startLauncher(t, sessionOpts{Trace: true, Dir: dir, Cmd: agentCmd(script), Timeout: 4 * time.Minute})
 	s := &swapper{l: l, dir: dir}
 	t.Cleanup(func() { s.stop(t) })
 	if !l.waitFile("flips", 60*time.Second) {
@@ -436,16 +436,16 @@ func rowGitEscapes(t *testing.T, ev *evidence) {
 			t.Logf("fake: %s", l)
 		}
 	}
-	if want := "new " + filepath.Join(dir, "nested", ".git") + ": a new repository"; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the nested repository is not listed at exit (%q):\n%s", want, indent(r.Stderr))
+	if want := "new " + filepath.Join(dir, "nested", ".git") + ": a new repository"; !strings.Contains(r.Stderr(), want) {
+		t.Errorf("the nested repository is not listed at exit (%q):\n%s", want, indent(r.Stderr()))
 	}
 	// What git would run there, read by the launcher itself: no advice
 	// to run git in a repository the agent made.
-	if want := "core.fsmonitor = " + shellQuote(touch) + ": git runs it at every git status"; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the exit list does not show the nested repository's fsmonitor (%q):\n%s", want, indent(r.Stderr))
+	if want := "core.fsmonitor = " + shellQuote(touch) + ": git runs it at every git status"; !strings.Contains(r.Stderr(), want) {
+		t.Errorf("the exit list does not show the nested repository's fsmonitor (%q):\n%s", want, indent(r.Stderr()))
 	}
-	if strings.Contains(r.Stderr, "git -C") {
-		t.Errorf("the exit list suggests running git in a repository the agent made:\n%s", indent(r.Stderr))
+	if strings.Contains(r.Stderr(), "git -C") {
+		t.Errorf("the exit list suggests running git in a repository the agent made:\n%s", indent(r.Stderr()))
 	}
 	// The host then uses the repository as a user does.
 	for _, args := range [][]string{{"status"}, {"log", "--oneline", "-3"}, {"commit", "-q", "--allow-empty", "-m", "host"}, {"diff", "HEAD~1"}} {
@@ -517,7 +517,7 @@ func rowProxyEnv(t *testing.T, ev *evidence) {
 	args := []string{"--env", "https_proxy", "--exec", "sh", "-c", "echo \"$https_proxy\" > /var/tmp/seen; " + probeScript(look...)}
 	r := runSession(t, sessionOpts{Args: args, Env: env})
 	wantCode(t, r, 0)
-	opened := parseProbes(r.Stdout)
+	opened := parseProbes(r.Stdout())
 	if p := opened["env"]; !strings.Contains(p.Out, "matches=1") {
 		t.Errorf("opened path: --env https_proxy did not show in env: %s", p)
 	}
@@ -591,17 +591,6 @@ func rowProjectHomes(t *testing.T, ev *evidence) {
 	if !t.Failed() {
 		ev.add("%s and %s: a file written in one's home absent in the other's (No such file), present again in its own; gc listed the removed project's home, gc --homes removed it and kept the other", h[a], h[b])
 	}
-}
-
-// runBin runs an agent-sandbox subcommand as the test user would.
-func runBin(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(harness.bin, args...)
-	cmd.Dir = mkdir(t, "cmd-")
-	cmd.Env = sessionEnv(map[string]string{"XDG_CONFIG_HOME": mkdir(t, "xdg-")})
-	out, err := cmd.CombinedOutput()
-	t.Logf("agent-sandbox %s: %v\n%s", strings.Join(args, " "), err, indent(string(out)))
-	return string(out), err
 }
 
 // rowPlantedPodman: the launch dir is the agent's, and an activated

@@ -102,10 +102,10 @@ func rowLinksInTree(t *testing.T, ev *evidence) {
 		canary := filepath.Join(link, "canary-"+nonce)
 		r := runSession(t, sessionOpts{Dir: dir, Cmd: []string{"sh", "-c", "echo ran-" + nonce + "; touch " + shellQuote(canary) + "; cat " + shellQuote(filepath.Join(home, ".bashrc"))}})
 		wantCode(t, r, 1)
-		if want := link + " is a symbolic link"; !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "rm "+link) {
-			t.Errorf("%s: the refusal does not name the link and its removal (%q):\n%s", c.name, want, indent(r.Stderr))
+		if want := link + " is a symbolic link"; !strings.Contains(r.Stderr(), want) || !strings.Contains(r.Stderr(), "rm "+link) {
+			t.Errorf("%s: the refusal does not name the link and its removal (%q):\n%s", c.name, want, indent(r.Stderr()))
 		}
-		if strings.Contains(r.Stdout, "ran-"+nonce) {
+		if strings.Contains(r.Stdout(), "ran-"+nonce) {
 			t.Errorf("LEAK: %s: the agent ran in a tree holding the link", c.name)
 		}
 		for _, p := range []string{filepath.Join(home, "canary-"+nonce), filepath.Join(filepath.Dir(dir), "canary-"+nonce)} {
@@ -124,12 +124,12 @@ func rowLinksInTree(t *testing.T, ev *evidence) {
 	res, r := probeSession(t, sessionOpts{Dir: dir}, probe{"links", fmt.Sprintf("ln -s / .git/modules && mkdir -p x/.git && ln -s %s x/.git/modules && echo made", shellQuote(home))})
 	wantOK(t, res, "links", "made")
 	for _, want := range []string{filepath.Join(dir, ".git/modules") + ": a symbolic link to /", filepath.Join(dir, "x/.git/modules") + ": a symbolic link to " + home} {
-		if !strings.Contains(r.Stderr, want) {
-			t.Errorf("the exit report does not list the link (%q):\n%s", want, indent(r.Stderr))
+		if !strings.Contains(r.Stderr(), want) {
+			t.Errorf("the exit report does not list the link (%q):\n%s", want, indent(r.Stderr()))
 		}
 	}
-	if strings.Contains(r.Stderr, bait) || strings.Contains(r.Stderr, "stopped") {
-		t.Errorf("the exit walk followed a link:\n%s", indent(r.Stderr))
+	if strings.Contains(r.Stderr(), bait) || strings.Contains(r.Stderr(), "stopped") {
+		t.Errorf("the exit walk followed a link:\n%s", indent(r.Stderr()))
 	}
 
 	// Opened path: a mount of the joined path, as a pin through the link
@@ -230,11 +230,11 @@ func rowGitIndirection(t *testing.T, ev *evidence) {
 	// Listed first, moved aside, never where git reads them. The git dir
 	// the agent made unlistable is said not checked, and given its mode
 	// back here to look (git itself reads it by name either way).
-	if !strings.Contains(r.Stderr, "NOT CHECKED: "+filepath.Join(hidden, ".git")+" cannot be read") {
-		t.Errorf("the unlistable git dir is not said to be unchecked:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), "NOT CHECKED: "+filepath.Join(hidden, ".git")+" cannot be read") {
+		t.Errorf("the unlistable git dir is not said to be unchecked:\n%s", indent(r.Stderr()))
 	}
 	os.Chmod(filepath.Join(hidden, ".git"), 0o755)
-	report := reportLines(r.Stderr)
+	report := reportLines(r.Stderr())
 	moved := map[string]string{}
 	for _, p := range []string{filepath.Join(dir, ".git/commondir"), filepath.Join(wc, ".git/config.worktree"), filepath.Join(hidden, ".git/commondir"), filepath.Join(linked, ".git/commondir")} {
 		m, _ := filepath.Glob(p + ".agent-sandbox-moved-*")
@@ -244,7 +244,7 @@ func rowGitIndirection(t *testing.T, ev *evidence) {
 		}
 		moved[p] = m[0]
 		if len(report) < 6 || !strings.Contains(strings.Join(report[1:6], "\n"), "moved aside: "+p+" is now "+m[0]) {
-			t.Errorf("%s is not listed first as moved aside:\n%s", p, indent(r.Stderr))
+			t.Errorf("%s is not listed first as moved aside:\n%s", p, indent(r.Stderr()))
 		}
 		if present(p) {
 			t.Errorf("%s is still where git reads it", p)
@@ -357,8 +357,8 @@ func rowHooksPath(t *testing.T, ev *evidence) {
 		}
 	}
 	wantOK(t, res, "edit the tracked husky hook", "edited")
-	if want := "changed " + filepath.Join(hk, ".husky/pre-commit") + ": husky's hooks"; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the edited husky hook is not listed at exit (%q):\n%s", want, indent(r.Stderr))
+	if want := "changed " + filepath.Join(hk, ".husky/pre-commit") + ": husky's hooks"; !strings.Contains(r.Stderr(), want) {
+		t.Errorf("the edited husky hook is not listed at exit (%q):\n%s", want, indent(r.Stderr()))
 	}
 	for _, repo := range []string{hp, hm, hl} {
 		if out, err := hostGit(t, repo, "commit", "-q", "--allow-empty", "-m", "host"); err != nil {
@@ -388,8 +388,8 @@ func rowSafeReport(t *testing.T, ev *evidence) {
 		shellQuote(name), shellQuote(name), shellQuote("touch "+canary+".pager; cat"), shellQuote(name), shellQuote("touch "+canary+".fsmonitor"), canary, shellQuote(name))
 	res, r := probeSession(t, sessionOpts{Dir: dir}, probe{"make", script})
 	wantOK(t, res, "make", "made")
-	if strings.Contains(r.Stderr, "\x1b") {
-		t.Errorf("LEAK: the exit report carries a raw escape byte:\n%q", r.Stderr)
+	if strings.Contains(r.Stderr(), "\x1b") {
+		t.Errorf("LEAK: the exit report carries a raw escape byte:\n%q", r.Stderr())
 	}
 	for _, want := range []string{
 		"new " + shellQuote(filepath.Join(dir, name, ".git")),
@@ -397,18 +397,18 @@ func rowSafeReport(t *testing.T, ev *evidence) {
 		"core.fsmonitor = " + shellQuote("touch "+canary+".fsmonitor"),
 		`$'` + filepath.Join(dir, `esc\x1b[2J\x1b[1;1Hforged`, ".git") + `'`,
 	} {
-		if !strings.Contains(r.Stderr, want) {
-			t.Errorf("the exit report lacks %q:\n%s", want, indent(r.Stderr))
+		if !strings.Contains(r.Stderr(), want) {
+			t.Errorf("the exit report lacks %q:\n%s", want, indent(r.Stderr()))
 		}
 	}
-	if strings.Contains(r.Stderr, "git -C") || strings.Contains(r.Stderr, "config --list") {
-		t.Errorf("the exit report suggests running git in the agent's repository:\n%s", indent(r.Stderr))
+	if strings.Contains(r.Stderr(), "git -C") || strings.Contains(r.Stderr(), "config --list") {
+		t.Errorf("the exit report suggests running git in the agent's repository:\n%s", indent(r.Stderr()))
 	}
 	// Pasted into a shell, each line and each line's text after the
 	// prefix, in the launch dir and in the agent's repository, with its
 	// pager in force: nothing of the agent's runs.
 	pasted := 0
-	for _, l := range strings.Split(r.Stderr, "\n") {
+	for _, l := range strings.Split(r.Stderr(), "\n") {
 		for _, text := range []string{l, strings.TrimPrefix(l, "agent-sandbox: "), strings.TrimSpace(strings.TrimPrefix(l, "agent-sandbox: "))} {
 			for _, cwd := range []string{dir, filepath.Join(dir, name)} {
 				for _, sh := range []string{"sh", "bash"} {
@@ -451,27 +451,27 @@ func rowPadding(t *testing.T, ev *evidence) {
 	pad := "seq -w 0 50000 | sed 's/^/0/' | xargs touch && git init -q zz/nested && git -C zz/nested config core.fsmonitor " + shellQuote("touch "+canary) + " && echo padded"
 	res, r := probeSession(t, sessionOpts{Dir: dir, Timeout: 3 * time.Minute}, probe{"pad", pad})
 	wantOK(t, res, "pad", "padded")
-	if want := "new " + filepath.Join(dir, "zz/nested/.git") + ": a new repository"; !strings.Contains(r.Stderr, want) {
-		t.Errorf("padding hid the repository from the exit report (%q):\n%s", want, indent(r.Stderr))
+	if want := "new " + filepath.Join(dir, "zz/nested/.git") + ": a new repository"; !strings.Contains(r.Stderr(), want) {
+		t.Errorf("padding hid the repository from the exit report (%q):\n%s", want, indent(r.Stderr()))
 	}
-	if strings.Contains(r.Stderr, "stopped") {
-		t.Errorf("files cut the exit walk short:\n%s", indent(r.Stderr))
+	if strings.Contains(r.Stderr(), "stopped") {
+		t.Errorf("files cut the exit walk short:\n%s", indent(r.Stderr()))
 	}
 	// The next session in the padded tree protects the repository.
 	res, r2 := probeSession(t, sessionOpts{Dir: dir, Timeout: 3 * time.Minute}, probe{"rewrite", "git -C zz/nested config core.fsmonitor 'touch /tmp/x'"})
 	if p := res["rewrite"]; p.RC == 0 || !strings.Contains(p.Out, "Device or resource busy") {
 		t.Errorf("the next session did not protect the repository behind the padding: %s", p)
 	}
-	if strings.Contains(r2.Stderr, "stopped") {
-		t.Errorf("files cut the next session's scan short:\n%s", indent(r2.Stderr))
+	if strings.Contains(r2.Stderr(), "stopped") {
+		t.Errorf("files cut the next session's scan short:\n%s", indent(r2.Stderr()))
 	}
 	// Opened path: padding with directories reaches the bound, and the
 	// report says that its look stopped.
 	dir2 := launchDir(t)
 	res, r3 := probeSession(t, sessionOpts{Dir: dir2, Timeout: 3 * time.Minute}, probe{"pad dirs", "mkdir d && cd d && seq -w 0 50001 | xargs mkdir && echo padded"})
 	wantOK(t, res, "pad dirs", "padded")
-	if !strings.Contains(r3.Stderr, "the look for such files stopped after") {
-		t.Errorf("opened path: 50,002 directories did not cut the walk, or the report did not say so:\n%s", indent(r3.Stderr))
+	if !strings.Contains(r3.Stderr(), "the look for such files stopped after") {
+		t.Errorf("opened path: 50,002 directories did not cut the walk, or the report did not say so:\n%s", indent(r3.Stderr()))
 	}
 	if !t.Failed() {
 		ev.add("50,001 empty files named to sort first: the nested repository behind them was listed at exit, and the next session kept its config read-only (EBUSY), no cut said; 50,002 directories: the report said where its look stopped (opened path)")
@@ -509,8 +509,8 @@ func rowToolFiles(t *testing.T, ev *evidence) {
 		if f == ".vscode/settings.json" {
 			verb = "changed "
 		}
-		if want := verb + filepath.Join(dir, f) + ": "; !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, loader) {
-			t.Errorf("%s is not listed at exit with what loads it (%q, %q):\n%s", f, want, loader, indent(r.Stderr))
+		if want := verb + filepath.Join(dir, f) + ": "; !strings.Contains(r.Stderr(), want) || !strings.Contains(r.Stderr(), loader) {
+			t.Errorf("%s is not listed at exit with what loads it (%q, %q):\n%s", f, want, loader, indent(r.Stderr()))
 		}
 		// Opened path: the file is on the host with the agent's words in
 		// it, for the tool to load.
@@ -520,8 +520,8 @@ func rowToolFiles(t *testing.T, ev *evidence) {
 	}
 	// A session that touches none of them lists none.
 	_, quiet := probeSession(t, sessionOpts{Dir: dir}, probe{"work", "echo work > notes.txt"})
-	if strings.Contains(quiet.Stderr, "the agent left files") {
-		t.Errorf("a session that changed no tool file listed some:\n%s", indent(quiet.Stderr))
+	if strings.Contains(quiet.Stderr(), "the agent left files") {
+		t.Errorf("a session that changed no tool file listed some:\n%s", indent(quiet.Stderr()))
 	}
 	if !t.Failed() {
 		ev.add("%d tool files written by the agent (VS Code, Cursor, devcontainer, Gemini, mise, direnv, git-lfs, pre-commit, lefthook, husky, npm; nested too) each listed at exit with what loads it; each is on the host with the agent's text (opened path); a session that touched none listed none", len(files))
@@ -536,7 +536,7 @@ func rowOverlap(t *testing.T, ev *evidence) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	running := startLauncher(t, relOpts{Dir: dir, Cmd: agentCmd("touch started; while [ ! -e stop ]; do sleep 0.05; done"), Timeout: 3 * time.Minute})
+	running := startLauncher(t, sessionOpts{Trace: true, Dir: dir, Cmd: agentCmd("touch started; while [ ! -e stop ]; do sleep 0.05; done"), Timeout: 3 * time.Minute})
 	stopped := false
 	stop := func() {
 		if !stopped {
@@ -559,7 +559,7 @@ func rowOverlap(t *testing.T, ev *evidence) {
 		nonce := newNonce(t)
 		// Not runSession: its leftover check would count the running
 		// session's objects.
-		l := startLauncher(t, relOpts{Dir: s.dir, Cmd: agentCmd("echo ran-" + nonce)}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Dir: s.dir, Cmd: agentCmd("echo ran-" + nonce)}).wait()
 		l.wantCode(1)
 		if !strings.Contains(l.Stderr(), "refusing to mount "+s.dir+": "+s.want) {
 			t.Errorf("%s: the refusal does not name the running session and its dir (%q):\n%s", s.name, s.want, indent(l.Stderr()))
@@ -570,7 +570,7 @@ func rowOverlap(t *testing.T, ev *evidence) {
 		// Only what bears the refused launcher's pid is its own: the
 		// running session's objects are there throughout.
 		for _, obj := range newObjects(before, podmanInventory(t)) {
-			if m := sessionPID.FindStringSubmatch(obj); m != nil && m[1] == fmt.Sprint(l.sessionPid()) || strings.Contains(obj, l.Home) {
+			if m := sessionPID.FindStringSubmatch(obj); m != nil && m[1] == fmt.Sprint(l.sessionPid()) || strings.Contains(obj, l.HomeVolume) {
 				t.Errorf("%s: the refused session created %s", s.name, obj)
 			}
 		}
@@ -581,7 +581,7 @@ func rowOverlap(t *testing.T, ev *evidence) {
 	nonce := newNonce(t)
 	r := runSession(t, sessionOpts{Dir: dir, Cmd: []string{"sh", "-c", "echo ran-" + nonce}})
 	wantCode(t, r, 0)
-	if !strings.Contains(r.Stdout, "ran-"+nonce) {
+	if !strings.Contains(r.Stdout(), "ran-"+nonce) {
 		t.Errorf("opened path: a session in the dir after the running one ended did not run")
 	}
 	if !t.Failed() {

@@ -148,7 +148,7 @@ func (s *forgeSuite) run(t *testing.T) {
 
 		mark := markFakeLog()
 		s.dir = forgeProject(t)
-		h := holdSession(t, relOpts{Dir: s.dir, Timeout: 5 * time.Minute,
+		h := holdSession(t, sessionOpts{Trace: true, Dir: s.dir, Timeout: 5 * time.Minute,
 			Env: forgeEnv(map[string]string{"AGENT_SANDBOX_ALLOWLIST": writeAllowlist(t, forgeAllowlist)})},
 			append(s.probes(), look)...)
 		settleFakeLog(t, "the forge's closed session")
@@ -161,7 +161,7 @@ func (s *forgeSuite) run(t *testing.T) {
 			Args: []string{"--repo", otherRepo, "--exec", "sh", "-c", probeScript(s.probes()...)}})
 		wantCode(t, r, 0)
 		settleFakeLog(t, "the forge's opened session")
-		s.opened = forgeRun{res: parseProbes(r.Stdout), stdout: r.Stdout, stderr: r.Stderr, log: mark.since()}
+		s.opened = forgeRun{res: parseProbes(r.Stdout()), stdout: r.Stdout(), stderr: r.Stderr(), log: mark.since()}
 
 		// Without the user's token the host itself refuses the push.
 		mark = markFakeLog()
@@ -169,7 +169,7 @@ func (s *forgeSuite) run(t *testing.T) {
 			Env: forgeEnv(map[string]string{"GH_TOKEN": ""}),
 			Cmd: []string{"sh", "-c", probeScript(probe{"anon push", "GIT_TERMINAL_PROMPT=0 git push -q origin HEAD:refs/heads/" + s.n["anon"] + " 2>&1; echo rc=$?"})}})
 		settleFakeLog(t, "the forge's session without a token")
-		s.anon = forgeRun{res: parseProbes(r.Stdout), stdout: r.Stdout, stderr: r.Stderr, log: mark.since()}
+		s.anon = forgeRun{res: parseProbes(r.Stdout()), stdout: r.Stdout(), stderr: r.Stderr(), log: mark.since()}
 	})
 }
 

@@ -81,7 +81,7 @@ type inspSuite struct {
 
 type inspRun struct {
 	res  map[string]probeResult
-	r    sessionResult
+	r    *launcher
 	log  string // the fake's log of this session
 	took time.Duration
 }
@@ -235,7 +235,7 @@ func rowForeignCredentialsRemoved(t *testing.T, ev *evidence) {
 		if got := linesWith(in.log, tok); len(got) > 0 {
 			t.Errorf("LEAK: %s: the agent's token reached the host:\n%s", c.name, strings.Join(got, "\n"))
 		}
-		if strings.Contains(in.r.Stderr+in.r.Stdout, tok) && !strings.Contains(p.Out, tok) {
+		if strings.Contains(in.r.Stderr()+in.r.Stdout(), tok) && !strings.Contains(p.Out, tok) {
 			t.Errorf("LEAK: %s: the token is in the launcher's output", c.name)
 		}
 		// Opened path: passed unread, the same request carries it.
@@ -254,12 +254,12 @@ func rowForeignCredentialsRemoved(t *testing.T, ev *evidence) {
 		t.Errorf("the cookie the host set was not sent back to it:\n%s\n%s", strings.Join(got, "\n"), in.res["a cookie the host set"])
 	}
 	for _, want := range []string{"the agent sent credentials of its own, which the router removed", inspHost + "  ", gitHost + "  ", "authorization", "cookie", "private-token", "query:access_token"} {
-		if !strings.Contains(strings.ToLower(in.r.Stderr), strings.ToLower(want)) {
-			t.Errorf("the exit report lacks %q:\n%s", want, indent(in.r.Stderr))
+		if !strings.Contains(strings.ToLower(in.r.Stderr()), strings.ToLower(want)) {
+			t.Errorf("the exit report lacks %q:\n%s", want, indent(in.r.Stderr()))
 		}
 	}
-	if strings.Contains(op.r.Stderr, "which the router removed") {
-		t.Errorf("with the hosts passthrough the report still says credentials were removed:\n%s", indent(op.r.Stderr))
+	if strings.Contains(op.r.Stderr(), "which the router removed") {
+		t.Errorf("with the hosts passthrough the report still says credentials were removed:\n%s", indent(op.r.Stderr()))
 	}
 	if !t.Failed() {
 		ev.add("%d ways (curl POST/PUT, git push by header and by URL, cookie, query, %d token headers): each request arrived without the token or was refused (401 twice), token nonces in no fake log line nor the launcher's output; the host's own cookie kept; exit report names %s and %s; with the hosts passthrough every token arrived (opened path)",

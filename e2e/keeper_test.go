@@ -22,13 +22,13 @@ func TestReliabilityKeeper(t *testing.T) {
 		base := takeInventory(t)
 		nonce := newNonce(t)
 		// A blocked lookup, so that the exit report has something to say.
-		first := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(
+		first := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(
 			"getent hosts blocked-" + nonce + ".test >/dev/null; echo out-" + nonce + "; exit 7")})
 		<-first.exited
 		returned := time.Now()
 		// Started before the first keeper is done: the claim on the dir is
 		// free and the first session's objects are still its keeper's.
-		second := startLauncher(t, relOpts{Dir: first.Dir, HomeVolume: vol, Cmd: agentCmd("echo again-" + nonce)})
+		second := startLauncher(t, sessionOpts{Trace: true, Dir: first.Dir, HomeVolume: vol, Cmd: agentCmd("echo again-" + nonce)})
 		first.wait()
 		first.wantCode(7)
 		if !first.KeeperRanAtReturn {
@@ -61,7 +61,7 @@ func TestReliabilityKeeper(t *testing.T) {
 	row(t, "with a terminal, what is typed once the launcher returned reaches the shell, not the keeper", func(t *testing.T) {
 		master, slave := testpty.Open(t)
 		go drain(master)
-		l := startLauncher(t, relOpts{PTY: slave, HomeVolume: vol, Cmd: agentCmd("exit 3")})
+		l := startLauncher(t, sessionOpts{Trace: true, PTY: slave, HomeVolume: vol, Cmd: agentCmd("exit 3")})
 		<-l.exited
 		// The shell has its prompt back and reads the terminal: what the
 		// user types now is its own, while the keeper still tears down.
@@ -91,7 +91,7 @@ func TestReliabilityKeeper(t *testing.T) {
 	})
 	row(t, "SIGKILL of the launcher: its keeper stops the agent and tears the session down, nothing left for gc", func(t *testing.T) {
 		base := takeInventory(t)
-		l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)})
+		l := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()

@@ -51,15 +51,15 @@ func rowLogFlood(t *testing.T) {
 	r := runSession(t, sessionOpts{Cmd: []string{"sh", "-c", script}})
 	wantCode(t, r, 0)
 	const cut = "the router's log does not reach back to its start"
-	if !strings.Contains(r.Stderr, cut) {
-		t.Errorf("after a flood the exit report does not say it is partial:\n%s", indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), cut) {
+		t.Errorf("after a flood the exit report does not say it is partial:\n%s", indent(r.Stderr()))
 	}
 	// Opened path: the same blocked name without the flood is reported,
 	// and nothing is said to be cut.
 	o := runSession(t, sessionOpts{Cmd: []string{"sh", "-c", "getent hosts blocked-" + nonce + ".test; true"}})
 	wantCode(t, o, 0)
-	if strings.Contains(o.Stderr, cut) || !strings.Contains(o.Stderr, "blocked-"+nonce+".test") {
-		t.Errorf("without a flood: the report is said to be cut, or lacks the blocked name:\n%s", indent(o.Stderr))
+	if strings.Contains(o.Stderr(), cut) || !strings.Contains(o.Stderr(), "blocked-"+nonce+".test") {
+		t.Errorf("without a flood: the report is said to be cut, or lacks the blocked name:\n%s", indent(o.Stderr()))
 	}
 }
 
@@ -99,9 +99,9 @@ func rowForkBomb(t *testing.T, ev *evidence) {
 	r := runSession(t, sessionOpts{Args: []string{"--pids", "64", "--exec", "sh", "-c", script}})
 	wantCode(t, r, 0)
 	for _, where := range []string{"top", "nested"} {
-		n, refused, ok := forkResult(r.Stdout, where)
+		n, refused, ok := forkResult(r.Stdout(), where)
 		if !ok {
-			t.Errorf("%s: no report from the fork bomb; stdout:\n%s", where, indent(r.Stdout))
+			t.Errorf("%s: no report from the fork bomb; stdout:\n%s", where, indent(r.Stdout()))
 			continue
 		}
 		// The reason the row expects: fork(2) refused for the tasks limit.
@@ -117,13 +117,13 @@ func rowForkBomb(t *testing.T, ev *evidence) {
 	o := runSession(t, sessionOpts{Args: []string{"--pids", "1000", "--exec", "sh", "-c", script}})
 	wantCode(t, o, 0)
 	for _, where := range []string{"top", "nested"} {
-		if n, refused, ok := forkResult(o.Stdout, where); !ok || n != 200 || refused != "none" {
+		if n, refused, ok := forkResult(o.Stdout(), where); !ok || n != 200 || refused != "none" {
 			t.Errorf("opened path, %s: started %d (%q), want all 200", where, n, refused)
 		}
 	}
 	if !t.Failed() {
-		top, _, _ := forkResult(r.Stdout, "top")
-		nested, _, _ := forkResult(r.Stdout, "nested")
+		top, _, _ := forkResult(r.Stdout(), "top")
+		nested, _, _ := forkResult(r.Stdout(), "nested")
 		ev.add("--pids 64: a 200-process fork bomb got %d children (EAGAIN), and %d in a nested user namespace; the host forks after; with --pids 1000 all 200 start (opened path)", top, nested)
 	}
 }
@@ -140,7 +140,7 @@ func cgroupV1(t *testing.T) bool {
 
 func rowLimitsShown(t *testing.T) {
 	v1 := cgroupV1(t)
-	l := startLauncher(t, relOpts{Args: []string{"--pids", "300", "--exec", "sh", "-c", "touch ready; i=0; while [ ! -e done ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}})
+	l := startLauncher(t, sessionOpts{Trace: true, Args: []string{"--pids", "300", "--exec", "sh", "-c", "touch ready; i=0; while [ ! -e done ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}})
 	if !l.waitFile("ready", 60*time.Second) {
 		l.signal(unix.SIGTERM)
 		l.wait()
@@ -191,8 +191,8 @@ func rowLimitsShown(t *testing.T) {
 			name, _, _ := strings.Cut(flag, "=")
 			r := runSession(t, sessionOpts{Args: []string{flag, "--exec", "echo", "ran"}})
 			wantCode(t, r, 1)
-			if want := name + " cannot be enforced on this host: rootless podman cannot set cgroup limits on cgroup v1; run agent-sandbox doctor"; !strings.Contains(r.Stderr, want) || strings.Contains(r.Stdout, "ran") {
-				t.Errorf("%s on cgroup v1: stderr lacks %q (or the command ran):\n%s", flag, want, indent(r.Stderr))
+			if want := name + " cannot be enforced on this host: rootless podman cannot set cgroup limits on cgroup v1; run agent-sandbox doctor"; !strings.Contains(r.Stderr(), want) || strings.Contains(r.Stdout(), "ran") {
+				t.Errorf("%s on cgroup v1: stderr lacks %q (or the command ran):\n%s", flag, want, indent(r.Stderr()))
 			}
 		}
 		if after := podmanInventory(t); strings.Join(after, "\n") != strings.Join(before, "\n") {

@@ -73,12 +73,12 @@ func parseProbes(stdout string) map[string]probeResult {
 
 // probeSession runs the probes in one session and returns their results;
 // a probe that did not report fails the row.
-func probeSession(t *testing.T, o sessionOpts, probes ...probe) (map[string]probeResult, sessionResult) {
+func probeSession(t *testing.T, o sessionOpts, probes ...probe) (map[string]probeResult, *launcher) {
 	t.Helper()
 	o.Cmd = []string{"sh", "-c", probeScript(probes...)}
 	r := runSession(t, o)
 	wantCode(t, r, 0)
-	res := parseProbes(r.Stdout)
+	res := parseProbes(r.Stdout())
 	for _, p := range probes {
 		if _, ok := res[p.Name]; !ok {
 			t.Errorf("probe %q did not report", p.Name)

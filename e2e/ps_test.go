@@ -18,8 +18,8 @@ func TestPsAndStop(t *testing.T) {
 func rowPsAndStop(t *testing.T) {
 	// Each agent says when it runs, and exits 7 on SIGTERM.
 	agent := []string{"sh", "-c", `trap "echo got-term; exit 7" TERM; touch ready; sleep 60 & wait`}
-	a := startLauncher(t, relOpts{Args: append([]string{"--pids", "512", "--exec"}, agent...)})
-	b := startLauncher(t, relOpts{Cmd: agent})
+	a := startLauncher(t, sessionOpts{Trace: true, Args: append([]string{"--pids", "512", "--exec"}, agent...)})
+	b := startLauncher(t, sessionOpts{Trace: true, Cmd: agent})
 	for _, l := range []*launcher{a, b} {
 		if !l.waitFile("ready", 60*time.Second) {
 			a.signal(unix.SIGTERM)

@@ -102,7 +102,7 @@ cat > probe.py <<'EOF'
 python3 probe.py %s slirp-host=10.0.2.2:%d pasta-host=169.254.1.2:%d host-address=%s:%d > outward.txt
 touch ready
 i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, connectProbe, nonce, hp1, hp1, hostIP, hp1)
-	a := startLauncher(t, relOpts{Args: []string{"--publish", fmt.Sprintf("%d:8000", hp1), "--publish", fmt.Sprintf("%d:8001", hp2), "--exec", "sh", "-c", script}})
+	a := startLauncher(t, sessionOpts{Trace: true, Args: []string{"--publish", fmt.Sprintf("%d:8000", hp1), "--publish", fmt.Sprintf("%d:8001", hp2), "--exec", "sh", "-c", script}})
 	finish := func() {
 		_ = os.WriteFile(filepath.Join(a.Dir, "done"), nil, 0o644)
 		a.wait()
@@ -210,7 +210,7 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 	podA := podAddressOf(t, a.sessionName())
 	// Run beside A, by hand: runSession's leftover check would count A's
 	// objects.
-	b := startLauncher(t, relOpts{Cmd: []string{"sh", "-c", "cat > probe.py <<'EOF'\n" + connectProbe + "EOF\n" +
+	b := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"sh", "-c", "cat > probe.py <<'EOF'\n" + connectProbe + "EOF\n" +
 		fmt.Sprintf("python3 probe.py %s b-loopback=127.0.0.1:%d b-slirp=10.0.2.2:%d b-hostaddr=%s:%d b-pod-inner=%s:61000 b-pod-8001=%s:8001",
 			nonce, hp1, hp1, hostIP, hp1, podA, podA)}}).wait()
 	b.wantCode(0)
@@ -255,8 +255,8 @@ i=0; while [ ! -e done ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done`, con
 	before := podmanInventory(t)
 	r := runSession(t, sessionOpts{Args: []string{"--publish", strconv.Itoa(taken), "--exec", "echo", "ran-" + nonce}})
 	wantCode(t, r, 1)
-	if want := fmt.Sprintf("--publish %d:%d: port %d on this host is taken", taken, taken, taken); !strings.Contains(r.Stderr, want) || strings.Contains(r.Stdout, "ran-") {
-		t.Errorf("a taken port: stderr lacks %q (or the agent ran):\n%s", want, indent(r.Stderr))
+	if want := fmt.Sprintf("--publish %d:%d: port %d on this host is taken", taken, taken, taken); !strings.Contains(r.Stderr(), want) || strings.Contains(r.Stdout(), "ran-") {
+		t.Errorf("a taken port: stderr lacks %q (or the agent ran):\n%s", want, indent(r.Stderr()))
 	}
 	if after := podmanInventory(t); strings.Join(after, "\n") != strings.Join(before, "\n") {
 		t.Errorf("a refused --publish created objects:\nbefore %v\nafter %v", before, after)

@@ -50,8 +50,8 @@ func TestRecipes(t *testing.T) {
 				Timeout: recipeSessionTimeout,
 			})
 			wantCode(t, res, 0)
-			if !strings.Contains(res.Stdout, version) {
-				t.Errorf("%s printed %q, want the pinned version %s: rebuild the image with make e2e-images", strings.Join(r.cmd, " "), strings.TrimSpace(res.Stdout), version)
+			if !strings.Contains(res.Stdout(), version) {
+				t.Errorf("%s printed %q, want the pinned version %s: rebuild the image with make e2e-images", strings.Join(r.cmd, " "), strings.TrimSpace(res.Stdout()), version)
 			}
 		})
 	}

@@ -63,7 +63,7 @@ func fakePodmanService(version string, args []string) int {
 }
 
 // suParentEnv turns this test binary into a parent like `su` (see
-// suParent) when a row runs the launcher under it (relOpts.SuParent).
+// suParent) when a row runs the launcher under it (sessionOpts.SuParent).
 const suParentEnv = "ASB_E2E_SU_PARENT"
 
 func init() {

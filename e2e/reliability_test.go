@@ -62,7 +62,7 @@ var (
 )
 
 // arm adds what the phase needs to the launcher's options.
-func (p phase) arm(t *testing.T, o *relOpts) {
+func (p phase) arm(t *testing.T, o *sessionOpts) {
 	t.Helper()
 	if o.Dir == "" {
 		o.Dir = launchDir(t)
@@ -119,7 +119,7 @@ func TestReliabilitySignals(t *testing.T) {
 	for _, step := range signalPlan {
 		p, sig := step.p, step.sig
 		row(t, fmt.Sprintf("%s %s: exit 130 and nothing left", signalName(sig), p.name), func(t *testing.T) {
-			o := relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)}
+			o := sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)}
 			p.arm(t, &o)
 			l := startLauncher(t, o)
 			if !p.reached(l, 60*time.Second) {
@@ -205,7 +205,7 @@ func wantStill(t *testing.T, objs []string, why string) {
 // checking that what it left is there to be collected.
 func killedSession(t *testing.T, vol string) (string, int, int) {
 	t.Helper()
-	l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)})
+	l := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
 	if !l.waitFile("started", 60*time.Second) {
 		l.signal(syscall.SIGTERM)
 		l.wait()
@@ -248,7 +248,7 @@ func serviceRuns(pid int) bool {
 func TestReliabilityCrash(t *testing.T) {
 	vol := createVolume(t)
 	others := bystanders(t)
-	live := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop), Timeout: 3 * time.Minute})
+	live := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(agentLoop), Timeout: 3 * time.Minute})
 	if !live.waitFile("started", 60*time.Second) {
 		live.signal(syscall.SIGTERM)
 		live.wait()
@@ -289,7 +289,7 @@ func TestReliabilityCrash(t *testing.T) {
 	base := takeInventory(t)
 	row(t, "after SIGKILL of the session's keeper, agent-sandbox gc removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID, service := killedSession(t, vol)
-		gc := startLauncher(t, relOpts{Args: []string{"gc"}, HomeVolume: vol}).wait()
+		gc := startLauncher(t, sessionOpts{Trace: true, Args: []string{"gc"}, HomeVolume: vol}).wait()
 		gc.wantCode(0)
 		for _, want := range []string{"pod " + victim, "network " + victim, "container " + victim + "-router"} {
 			if !strings.Contains(gc.Stdout(), want) {
@@ -308,7 +308,7 @@ func TestReliabilityCrash(t *testing.T) {
 	})
 	row(t, "after SIGKILL of the session's keeper, the next session's start removes the stale session and nothing else", func(t *testing.T) {
 		victim, victimPID, service := killedSession(t, vol)
-		next := startLauncher(t, relOpts{HomeVolume: vol, Cmd: []string{"true"}}).wait()
+		next := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: []string{"true"}}).wait()
 		next.wantCode(0)
 		wantCollected(t, victim, victimPID, service)
 		wantUntouched(t)
@@ -332,10 +332,10 @@ func TestReliabilityConcurrency(t *testing.T) {
 		vol := homeVolume(t)
 		base := takeInventory(t)
 		nonces := make([]string, n)
-		opts := make([]relOpts, n)
+		opts := make([]sessionOpts, n)
 		for i := range opts {
 			nonces[i] = newNonce(t)
-			opts[i] = relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: agentCmd(fmt.Sprintf(
+			opts[i] = sessionOpts{Trace: true, HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: agentCmd(fmt.Sprintf(
 				`echo %s > mine.txt
 grep -m1 nameserver /etc/resolv.conf > ns.txt
 curl -sS --max-time 20 --cacert ./ca.pem https://allowed.test/%s > curl.txt 2>&1; echo $? > curl.rc
@@ -459,7 +459,7 @@ func TestReliabilityConcurrentExitCodes(t *testing.T) {
 			for i := range ls {
 				want[i] = 3 + (round*n+i)%100
 				nonces[i] = newNonce(t)
-				ls[i] = startLauncher(t, relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: agentCmd(fmt.Sprintf(
+				ls[i] = startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: agentCmd(fmt.Sprintf(
 					"curl -sS --max-time 20 --cacert ./ca.pem https://allowed.test/%s >/dev/null && echo ran-%s; exit %d", nonces[i], nonces[i], want[i]))})
 			}
 			for i, l := range ls {
@@ -523,7 +523,7 @@ func TestReliabilityConcurrentSharedObjects(t *testing.T) {
 		base := takeInventory(t)
 		ls := make([]*launcher, n)
 		for i := range ls {
-			o := relOpts{HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: []string{"true"},
+			o := sessionOpts{Trace: true, HomeVolume: vol, Timeout: 3 * time.Minute, Cmd: []string{"true"},
 				Env: map[string]string{"AGENT_SANDBOX_EGRESS_NETWORK": egress}}
 			if i%2 == 1 {
 				o.Bin = claude
@@ -588,7 +588,7 @@ func TestReliabilityChurn(t *testing.T) {
 			sig := sigs[rng.IntN(len(sigs))]
 			// No clean-up of dead sessions at start: it would hide a
 			// leak of the session before.
-			o := relOpts{HomeVolume: vol, Env: map[string]string{"XDG_CONFIG_HOME": xdg, "AGENT_SANDBOX_NO_START_GC": "1"}, Timeout: time.Minute,
+			o := sessionOpts{Trace: true, HomeVolume: vol, Env: map[string]string{"XDG_CONFIG_HOME": xdg, "AGENT_SANDBOX_NO_START_GC": "1"}, Timeout: time.Minute,
 				Cmd: agentCmd("grep -m1 nameserver /etc/resolv.conf")}
 			if kill {
 				o.Cmd = agentCmd(agentLoop)
@@ -640,20 +640,20 @@ func TestReliabilityChurn(t *testing.T) {
 func TestReliabilityExitCodes(t *testing.T) {
 	type exitCase struct {
 		name string
-		o    relOpts
+		o    sessionOpts
 		want int
 	}
 	var cases []exitCase
 	for _, c := range []int{0, 1, 2, 42, 124, 125, 126, 127} {
 		cases = append(cases, exitCase{fmt.Sprintf("exit %d passes through", c),
-			relOpts{Cmd: agentCmd(fmt.Sprintf("exit %d", c))}, c})
+			sessionOpts{Trace: true, Cmd: agentCmd(fmt.Sprintf("exit %d", c))}, c})
 	}
 	for _, s := range []struct {
 		sig  string
 		want int
 	}{{"INT", 130}, {"KILL", 137}, {"TERM", 143}} {
 		cases = append(cases, exitCase{fmt.Sprintf("death by SIG%s gives %d", s.sig, s.want),
-			relOpts{Cmd: agentCmd("kill -" + s.sig + " $$; sleep 5")}, s.want})
+			sessionOpts{Trace: true, Cmd: agentCmd("kill -" + s.sig + " $$; sleep 5")}, s.want})
 	}
 	for _, c := range cases {
 		row(t, c.name, func(t *testing.T) {
@@ -664,7 +664,7 @@ func TestReliabilityExitCodes(t *testing.T) {
 
 	failing := writeScript(t, "podman", "echo 'Error: fake podman: cannot open the storage' >&2\nexit 125\n")
 	row(t, "a podman that fails gives 125 and its error", func(t *testing.T) {
-		l := startLauncher(t, relOpts{Cmd: []string{"true"}, Env: map[string]string{"AGENT_SANDBOX_PODMAN": failing}}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"true"}, Env: map[string]string{"AGENT_SANDBOX_PODMAN": failing}}).wait()
 		l.wantCode(125)
 		if !strings.Contains(l.Stderr(), "cannot open the storage") {
 			t.Errorf("stderr does not pass on podman's error")
@@ -672,7 +672,7 @@ func TestReliabilityExitCodes(t *testing.T) {
 		assertNoLeftovers(t)
 	})
 	row(t, "--exec without a command is refused with 1", func(t *testing.T) {
-		l := startLauncher(t, relOpts{Args: []string{"--exec"}}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Args: []string{"--exec"}}).wait()
 		l.wantCode(1)
 		if !strings.Contains(l.Stderr(), "--exec") {
 			t.Errorf("stderr does not say what is wrong")
@@ -680,7 +680,7 @@ func TestReliabilityExitCodes(t *testing.T) {
 		assertNoLeftovers(t)
 	})
 	row(t, "a launch dir containing ':' is refused with 1", func(t *testing.T) {
-		l := startLauncher(t, relOpts{Dir: mkdir(t, "a:b-"), Cmd: []string{"true"}}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Dir: mkdir(t, "a:b-"), Cmd: []string{"true"}}).wait()
 		l.wantCode(1)
 		if !strings.Contains(l.Stderr(), "':'") {
 			t.Errorf("stderr does not say what is wrong")
@@ -695,7 +695,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		go drain(master)
 		setSize(t, master, 37, 101)
 		before := termios(t, slave)
-		l := startLauncher(t, relOpts{PTY: slave, Cmd: []string{"bash", "-c",
+		l := startLauncher(t, sessionOpts{Trace: true, PTY: slave, Cmd: []string{"bash", "-c",
 			`stty size > size-start; trap 'stty size > size-winch' WINCH; ` + agentLoop}})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
@@ -726,7 +726,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		go drain(master)
 		setSize(t, master, 30, 90)
 		before := termios(t, slave)
-		l := startLauncher(t, relOpts{PTY: slave, Cmd: agentCmd(agentLoop)})
+		l := startLauncher(t, sessionOpts{Trace: true, PTY: slave, Cmd: agentCmd(agentLoop)})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()
@@ -751,7 +751,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		master, slave := testpty.Open(t)
 		master = closableMaster(t, master)
 		go drain(master)
-		l := startLauncher(t, relOpts{PTY: slave, SuParent: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
+		l := startLauncher(t, sessionOpts{Trace: true, PTY: slave, SuParent: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()
@@ -790,7 +790,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		wantInventory(t, base, "after the session")
 	})
 	row(t, "without a terminal, piped text passes through unchanged and EOF ends the agent", func(t *testing.T) {
-		l := startLauncher(t, relOpts{Cmd: []string{"cat"}, Stdin: strings.NewReader("hi\n"), Timeout: 60 * time.Second}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"cat"}, Stdin: strings.NewReader("hi\n"), Timeout: 60 * time.Second}).wait()
 		l.wantCode(0)
 		if got := l.Stdout(); got != "hi\n" {
 			t.Errorf("stdout = %q, want %q", got, "hi\n")
@@ -802,7 +802,7 @@ func TestReliabilityTerminal(t *testing.T) {
 		if _, err := rand.Read(blob); err != nil {
 			t.Fatal(err)
 		}
-		l := startLauncher(t, relOpts{Cmd: []string{"cat"}, Stdin: strings.NewReader(string(blob)), Timeout: 60 * time.Second}).wait()
+		l := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"cat"}, Stdin: strings.NewReader(string(blob)), Timeout: 60 * time.Second}).wait()
 		l.wantCode(0)
 		got := []byte(l.Stdout())
 		if sha256.Sum256(got) != sha256.Sum256(blob) {
@@ -865,7 +865,7 @@ func TestReliabilityFailClosed(t *testing.T) {
 		{"forwarder", "-forwarder", "forwarder: ready"},
 	} {
 		row(t, "the "+helper.what+" dying mid-session ends it non-zero, naming it with its last log lines", func(t *testing.T) {
-			l := startLauncher(t, relOpts{Cmd: agentCmd(agentLoop)})
+			l := startLauncher(t, sessionOpts{Trace: true, Cmd: agentCmd(agentLoop)})
 			if !l.waitFile("started", 60*time.Second) {
 				l.signal(syscall.SIGTERM)
 				l.wait()
@@ -893,7 +893,7 @@ func TestReliabilityFailClosed(t *testing.T) {
 	}
 	row(t, "the podman API service dying mid-session ends it non-zero, naming it, and still tears down", func(t *testing.T) {
 		base := takeInventory(t)
-		l := startLauncher(t, relOpts{Cmd: agentCmd(agentLoop)})
+		l := startLauncher(t, sessionOpts{Trace: true, Cmd: agentCmd(agentLoop)})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()
@@ -919,7 +919,7 @@ func TestReliabilityFailClosed(t *testing.T) {
 		}
 		wantStopped(t, l, killed)
 		assertNoLeftovers(t)
-		wantInventory(t, base, "after the service died", l.Home)
+		wantInventory(t, base, "after the service died", l.HomeVolume)
 	})
 }
 
@@ -971,7 +971,7 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 				home = foreignHomeVolume(t)
 			}
 			base := takeInventory(t)
-			l := startLauncher(t, relOpts{Cmd: []string{"true"}, Env: env, UID: c.uid, HomeVolume: home}).wait()
+			l := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"true"}, Env: env, UID: c.uid, HomeVolume: home}).wait()
 			if l.Code != 1 && l.Code != 125 {
 				t.Errorf("exit code = %d, want 1 or 125", l.Code)
 			}
@@ -985,11 +985,11 @@ func TestReliabilityBadEnvironment(t *testing.T) {
 					t.Errorf("stderr lacks %q", w)
 				}
 			}
-			if _, err := podman("volume", "exists", l.Home); err == nil && !c.homeNotOurs {
-				t.Errorf("the home volume %s was created", l.Home)
+			if _, err := podman("volume", "exists", l.HomeVolume); err == nil && !c.homeNotOurs {
+				t.Errorf("the home volume %s was created", l.HomeVolume)
 			}
 			if c.homeNotOurs {
-				if out, _ := podman("volume", "inspect", "--format", "{{.Labels}}", l.Home); strings.Contains(out, "agent-sandbox") {
+				if out, _ := podman("volume", "inspect", "--format", "{{.Labels}}", l.HomeVolume); strings.Contains(out, "agent-sandbox") {
 					t.Errorf("the launcher changed the volume it refused: labels %s", out)
 				}
 			}
@@ -1062,7 +1062,7 @@ func TestReliabilitySignalPhases(t *testing.T) {
 		untagWithBackup(t, defaultRouterImage)
 		base := takeInventory(t)
 		builds := externalContainers(t)
-		l := startLauncher(t, relOpts{Cmd: []string{"true"}, Timeout: 3 * time.Minute,
+		l := startLauncher(t, sessionOpts{Trace: true, Cmd: []string{"true"}, Timeout: 3 * time.Minute,
 			// Unset: the launcher's own default images, one of them missing.
 			Env: map[string]string{"AGENT_SANDBOX_IMAGE": "", "AGENT_SANDBOX_ROUTER_IMAGE": ""}})
 		// The router's build, from the layer cache, takes seconds: the
@@ -1095,7 +1095,7 @@ func TestReliabilitySignalPhases(t *testing.T) {
 		// period (3 s), so the second signal lands inside teardown. The
 		// agent says when the stop's SIGTERM came (wait returns at once on
 		// a trapped signal): teardown has begun.
-		l := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd("trap 'touch got-term' TERM; touch started; while :; do sleep 1 & wait $!; done")})
+		l := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd("trap 'touch got-term' TERM; touch started; while :; do sleep 1 & wait $!; done")})
 		if !l.waitFile("started", 60*time.Second) {
 			l.signal(syscall.SIGTERM)
 			l.wait()

@@ -3,16 +3,11 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -29,155 +24,39 @@ const liveTimeout = 3 * time.Minute
 // requirement is a second; the rest is slack for a loaded test machine.
 const liveLimit = 2 * time.Second
 
-// liveBuffer is an output buffer the test reads while the launcher writes.
-type liveBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *liveBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *liveBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// liveSession is a launcher running in the background.
-type liveSession struct {
-	dir, allowlist string
-	stdout, stderr liveBuffer
-	cmd            *exec.Cmd
-	done           chan struct{}
-	err            error
-	start, ended   time.Time
-	keeper         *keeperProc
-}
-
-// startLive launches `agent-sandbox --exec sh -c script` with the
-// allowlist in a file of its own, and returns at once.
-func startLive(t *testing.T, allowlist, script string) *liveSession {
-	t.Helper()
-	s := &liveSession{dir: launchDir(t), done: make(chan struct{})}
-	s.allowlist = filepath.Join(mkdir(t, "cfg-"), "allowed-hosts")
-	if err := os.WriteFile(s.allowlist, []byte(allowlist), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"PWD":                          s.dir,
-		"XDG_CONFIG_HOME":              mkdir(t, "xdg-"),
-		"AGENT_SANDBOX_ALLOWLIST":      s.allowlist,
-		"AGENT_SANDBOX_HOME_VOLUME":    homeVolume(t),
-		"AGENT_SANDBOX_UPSTREAM_DNS":   fakeIP,
-		"AGENT_SANDBOX_UPSTREAM_ALLOW": egressSubnet,
-		"AGENT_SANDBOX_IMAGE":          harness.sandboxImage,
-		"AGENT_SANDBOX_ROUTER_IMAGE":   harness.routerImage,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
-	s.cmd = exec.CommandContext(ctx, harness.bin, "--exec", "sh", "-c", script)
-	s.cmd.Dir = s.dir
-	s.cmd.Env = sessionEnv(env)
-	s.cmd.Stdout, s.cmd.Stderr = &s.stdout, &s.stderr
-	// As in runSession: SIGTERM and time to tear down on timeout.
-	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
-	s.cmd.WaitDelay = 30 * time.Second
-	s.start = time.Now()
-	if err := s.cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("cannot run %s: %v", harness.bin, err)
-	}
-	launched.Store(s.cmd.Process.Pid, true)
-	s.keeper = trackKeeper(s.cmd.Process.Pid)
-	go func() {
-		defer cancel()
-		defer close(s.done)
-		s.err = s.cmd.Wait()
-		s.ended = time.Now()
-	}()
-	t.Cleanup(func() {
-		// A row that failed half-way must not leave the session running.
-		select {
-		case <-s.done:
-		default:
-			_ = s.cmd.Process.Signal(syscall.SIGTERM)
-			<-s.done
-		}
-	})
-	return s
-}
-
-// wait returns the launcher's exit code once it has ended, logs its
-// output and checks that it left nothing behind.
-func (s *liveSession) wait(t *testing.T) int {
-	t.Helper()
-	<-s.done
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(s.err, &exit) {
-		code = exit.ExitCode()
-	} else if s.err != nil {
-		t.Errorf("launcher: %v", s.err)
-	}
-	t.Logf("live session in %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
-		s.dir, code, s.ended.Sub(s.start).Round(time.Millisecond), indent(s.stdout.String()), indent(s.stderr.String()))
-	waitKeeper(t, s.keeper, s.ended)
-	assertNoLeftovers(t)
-	return code
-}
-
-// waitFor polls cond until it holds, the launcher ends or timeout passes.
-func (s *liveSession) waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		select {
-		case <-s.done:
-			return cond()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
-}
-
 // phase waits for the script to finish phase n (it touches done-n).
-func (s *liveSession) phase(t *testing.T, n int) {
+func (l *launcher) phase(t *testing.T, n int) {
 	t.Helper()
-	if !s.waitFor(90*time.Second, func() bool { return exists(filepath.Join(s.dir, fmt.Sprintf("done-%d", n))) }) {
+	if !l.waitFor(90*time.Second, func() bool { return exists(filepath.Join(l.Dir, fmt.Sprintf("done-%d", n))) }) {
 		t.Fatalf("the script in the sandbox never finished phase %d; stdout so far:\n%s\nstderr:\n%s",
-			n, indent(s.stdout.String()), indent(s.stderr.String()))
+			n, indent(l.Stdout()), indent(l.Stderr()))
 	}
 }
 
 // next lets the script start phase n.
-func (s *liveSession) next(t *testing.T, n int) {
+func (l *launcher) next(t *testing.T, n int) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(s.dir, fmt.Sprintf("go-%d", n)), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(l.Dir, fmt.Sprintf("go-%d", n)), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // edit replaces the allowlist the way `agent-sandbox allow` does: a temp
 // file in the same directory, renamed over the list.
-func (s *liveSession) edit(t *testing.T, content string) {
+func (l *launcher) edit(t *testing.T, content string) {
 	t.Helper()
-	tmp := filepath.Join(filepath.Dir(s.allowlist), ".allowed-hosts.tmp")
+	tmp := filepath.Join(filepath.Dir(l.AllowlistPath), ".allowed-hosts.tmp")
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, s.allowlist); err != nil {
+	if err := os.Rename(tmp, l.AllowlistPath); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // forwarderReloads counts the forwarder's "reloaded" lines: it logs one
 // each time it applies a change of its listeners.
-func (s *liveSession) forwarderReloads(t *testing.T) int {
+func (l *launcher) forwarderReloads(t *testing.T) int {
 	t.Helper()
 	out := helperLog("forwarder")
 	if out == "" {
@@ -366,7 +245,7 @@ allowed.test:2222
 func TestLiveReload(t *testing.T) {
 	row(t, "allowlist edits reach a running session within a second; open connections survive an addition and end with a removal", func(t *testing.T) {
 		nonce := newNonce(t)
-		s := startLive(t, liveBefore, liveScript(nonce))
+		s := startLauncher(t, sessionOpts{Allowlist: liveBefore, Cmd: agentCmd(liveScript(nonce)), Timeout: liveTimeout})
 
 		s.phase(t, 0)
 		s.edit(t, liveAdded)
@@ -378,14 +257,14 @@ func TestLiveReload(t *testing.T) {
 		}) {
 			t.Errorf("routerd never said it kept nginx's workers after an edit that only adds:\n%s", indent(helperLog("router")))
 		}
-		if err := os.WriteFile(filepath.Join(s.dir, "kept-1"), nil, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(s.Dir, "kept-1"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 
 		s.phase(t, 1)
 		s.edit(t, liveBad)
-		if !s.waitFor(5*time.Second, func() bool { return strings.Contains(s.stderr.String(), "line 5") }) {
-			t.Errorf("no warning about the bad edit on the launcher's stderr within 5s:\n%s", indent(s.stderr.String()))
+		if !s.waitFor(5*time.Second, func() bool { return strings.Contains(s.Stderr(), "line 5") }) {
+			t.Errorf("no warning about the bad edit on the launcher's stderr within 5s:\n%s", indent(s.Stderr()))
 		}
 		s.next(t, 2)
 
@@ -402,13 +281,15 @@ func TestLiveReload(t *testing.T) {
 		case !s.waitFor(30*time.Second, func() bool { return s.forwarderReloads(t) > reloads }):
 			t.Errorf("the forwarder never said it reloaded after the removal")
 		}
-		if err := os.WriteFile(filepath.Join(s.dir, "polled-3"), nil, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(s.Dir, "polled-3"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 
 		s.phase(t, 3)
-		wantCode(t, sessionResult{Code: s.wait(t), Stderr: s.stderr.String()}, 0)
-		res := parseProbes(s.stdout.String())
+		s.wait()
+		assertNoLeftovers(t)
+		wantCode(t, s, 0)
+		res := parseProbes(s.Stdout())
 
 		// Before: the held connection works and added.allowed.test does not.
 		wantOK(t, res, "held-before", nonce+"-held-before")
@@ -437,9 +318,9 @@ func TestLiveReload(t *testing.T) {
 		}
 
 		// A bad edit: warned about, and the list before it stays in force.
-		for _, want := range []string{s.allowlist, "line 5", "keeps its previous list"} {
-			if !strings.Contains(s.stderr.String(), want) {
-				t.Errorf("the warning about the bad edit lacks %q:\n%s", want, indent(s.stderr.String()))
+		for _, want := range []string{s.AllowlistPath, "line 5", "keeps its previous list"} {
+			if !strings.Contains(s.Stderr(), want) {
+				t.Errorf("the warning about the bad edit lacks %q:\n%s", want, indent(s.Stderr()))
 			}
 		}
 		wantOK(t, res, "bad-added-https", "hello from added.allowed.test")

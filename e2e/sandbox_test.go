@@ -235,8 +235,8 @@ func TestLocalNames(t *testing.T) {
 		wantOK(t, res, "localhost", "127.0.0.1")
 		wantOK(t, res, "hostname", "127.0.0.1")
 		// A name the router was asked for would be in the blocked summary.
-		if strings.Contains(r.Stderr, "blocked") {
-			t.Errorf("a local name went to the router:\n%s", r.Stderr)
+		if strings.Contains(r.Stderr(), "blocked") {
+			t.Errorf("a local name went to the router:\n%s", r.Stderr())
 		}
 	})
 }
@@ -249,7 +249,7 @@ func TestSignals(t *testing.T) {
 				Signal:    sig,
 				ReadyFile: "started",
 			})
-			if !r.Signalled {
+			if r.SignalledAt.IsZero() {
 				t.Fatalf("the command never started inside, so no %s was sent", sig)
 			}
 			wantCode(t, r, 130)
@@ -263,8 +263,8 @@ func TestRefusals(t *testing.T) {
 		before := podmanInventory(t)
 		r := runSession(t, sessionOpts{Dir: home, Cmd: []string{"true"}})
 		wantCode(t, r, 1)
-		if !strings.Contains(r.Stderr, home) {
-			t.Errorf("stderr does not name %s:\n%s", home, indent(r.Stderr))
+		if !strings.Contains(r.Stderr(), home) {
+			t.Errorf("stderr does not name %s:\n%s", home, indent(r.Stderr()))
 		}
 		wantNothingCreated(t, before, r)
 	})
@@ -279,8 +279,8 @@ func TestBadAllowlist(t *testing.T) {
 		})
 		wantCode(t, r, 1)
 		for _, want := range []string{r.AllowlistPath, "line 2"} {
-			if !strings.Contains(r.Stderr, want) {
-				t.Errorf("stderr does not name %q:\n%s", want, indent(r.Stderr))
+			if !strings.Contains(r.Stderr(), want) {
+				t.Errorf("stderr does not name %q:\n%s", want, indent(r.Stderr()))
 			}
 		}
 		wantNothingCreated(t, before, r)
@@ -288,7 +288,7 @@ func TestBadAllowlist(t *testing.T) {
 }
 
 // wantNothingCreated compares podman listings around a refused session.
-func wantNothingCreated(t *testing.T, before []string, r sessionResult) {
+func wantNothingCreated(t *testing.T, before []string, r *launcher) {
 	t.Helper()
 	for _, obj := range newObjects(before, podmanInventory(t)) {
 		// Other users of this podman store may create things meanwhile;

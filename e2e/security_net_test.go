@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -86,8 +85,8 @@ var cutAfter = regexp.MustCompile(`cut after (-?\d+) ms`)
 func TestDenyCutsOpenConnections(t *testing.T) {
 	row(t, "deny ends open connections to removed entries within 2s; an edit that only adds keeps them", func(t *testing.T) {
 		nonce := newNonce(t)
-		s := startLive(t, netBefore, denyScript(nonce))
-		if err := os.WriteFile(filepath.Join(s.dir, "sec.py"), []byte(secPy), 0o644); err != nil {
+		s := startLauncher(t, sessionOpts{Allowlist: netBefore, Cmd: agentCmd(denyScript(nonce)), Timeout: liveTimeout})
+		if err := os.WriteFile(filepath.Join(s.Dir, "sec.py"), []byte(secPy), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		s.next(t, 0)
@@ -97,16 +96,18 @@ func TestDenyCutsOpenConnections(t *testing.T) {
 		s.next(t, 1)
 
 		s.phase(t, 1)
-		deny := exec.Command(harness.bin, "deny", "allowed.test:2222", "added.allowed.test")
-		deny.Env = sessionEnv(map[string]string{"AGENT_SANDBOX_ALLOWLIST": s.allowlist, "XDG_CONFIG_HOME": mkdir(t, "xdg-")})
-		if out, err := deny.CombinedOutput(); err != nil {
-			t.Fatalf("agent-sandbox deny: %v\n%s", err, out)
+		deny := startLauncher(t, sessionOpts{Args: []string{"deny", "allowed.test:2222", "added.allowed.test"}, BareEnv: true, CombinedOutput: true,
+			Env: map[string]string{"AGENT_SANDBOX_ALLOWLIST": s.AllowlistPath, "XDG_CONFIG_HOME": mkdir(t, "xdg-")}}).wait()
+		if deny.Err != nil {
+			t.Fatalf("agent-sandbox deny: %v\n%s", deny.Err, deny.Stdout())
 		}
 		s.next(t, 2)
 
 		s.phase(t, 2)
-		wantCode(t, sessionResult{Code: s.wait(t), Stderr: s.stderr.String()}, 0)
-		res := parseProbes(s.stdout.String())
+		s.wait()
+		assertNoLeftovers(t)
+		wantCode(t, s, 0)
+		res := parseProbes(s.Stdout())
 
 		// Both connections carried data before any edit, and the fake saw
 		// it: a cut seen later is the router's doing, not a dead path.

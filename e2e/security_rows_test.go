@@ -470,11 +470,11 @@ wait`
 		t.Errorf("the session exited 0 after its %s was killed", helper)
 	}
 	wantCode(t, r, 125)
-	if pf, ok := parseProbes(r.Stdout)["preflight"]; ok && pf.RC != 0 {
+	if pf, ok := parseProbes(r.Stdout())["preflight"]; ok && pf.RC != 0 {
 		t.Errorf("PREFLIGHT FAILED in the %s-kill session:\n%s", helper, indent(pf.Out))
 	}
-	if !strings.Contains(r.Stderr, "the "+helper+" ("+name+") stopped") {
-		t.Errorf("stderr does not say the %s %s stopped:\n%s", helper, name, indent(r.Stderr))
+	if !strings.Contains(r.Stderr(), "the "+helper+" ("+name+") stopped") {
+		t.Errorf("stderr does not say the %s %s stopped:\n%s", helper, name, indent(r.Stderr()))
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "egress.log"))
 	var before, after, afterFailed int
@@ -561,8 +561,8 @@ func (s *secSuite) row14(t *testing.T, ev *evidence) {
 		if _, err := os.Stat(filepath.Join(dir, "agent-ran")); err == nil {
 			t.Errorf("the agent ran although the router's %s config failed to load", bad.kind)
 		}
-		if !strings.Contains(r.Stderr, "router") || !strings.Contains(r.Stderr, bad.want) {
-			t.Errorf("stderr does not name the router and the %s error (%q):\n%s", bad.kind, bad.want, indent(r.Stderr))
+		if !strings.Contains(r.Stderr(), "router") || !strings.Contains(r.Stderr(), bad.want) {
+			t.Errorf("stderr does not name the router and the %s error (%q):\n%s", bad.kind, bad.want, indent(r.Stderr()))
 		}
 		if !t.Failed() {
 			ev.add("%s config that fails to load: exit %d after %s, the agent never started, stderr shows %s's error", bad.kind, r.Code, r.Elapsed.Round(100*time.Millisecond), bad.kind)

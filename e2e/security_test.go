@@ -208,7 +208,7 @@ func (s *secSuite) runNested(t *testing.T) {
 		Cmd: []string{"sh", "-c", preflight("preflight", pfNestedCmds, "./nested-*.sh|test -r ./nested-default.sh") + probeScript(s.nested.list()...)}})
 	wantCode(t, r, 0)
 	s.took = append(s.took, fmt.Sprintf("nested session %.1fs", r.Elapsed.Seconds()))
-	s.nested.res = parseProbes(r.Stdout)
+	s.nested.res = parseProbes(r.Stdout())
 	s.nested.ran = len(s.nested.res) > 0
 	s.checkPreflight(t, "nested", "preflight", s.nested.res)
 	// A mode that cannot start (a private network namespace) never runs
@@ -249,7 +249,7 @@ func (s *secSuite) parallelSession(t *testing.T, name string, ps *probeSet, o se
 	s.routerLogs[name] = <-logged
 	s.took = append(s.took, fmt.Sprintf("%s session %.1fs", name, r.Elapsed.Seconds()))
 	wantCode(t, r, 0)
-	res := parseProbes(r.Stdout)
+	res := parseProbes(r.Stdout())
 	s.checkPreflight(t, name, "preflight", res)
 	if res["preflight"].RC == 0 {
 		for _, p := range ps.probes {

@@ -123,7 +123,7 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	aEnv["AGENT_SANDBOX_ALLOWLIST"] = aAllow
 	// startLauncher, not runSession: a session that ends while A runs
 	// would count A's objects as its leftovers.
-	a := startLauncher(t, relOpts{Dir: aDir, Env: aEnv, Timeout: 10 * time.Minute, Cmd: []string{"sh", "-c", xsScriptA}})
+	a := startLauncher(t, sessionOpts{Trace: true, Dir: aDir, Env: aEnv, Timeout: 10 * time.Minute, Cmd: []string{"sh", "-c", xsScriptA}})
 	aStopped := false
 	stopA := func() {
 		if aStopped {
@@ -154,7 +154,7 @@ func (s *secSuite) row27(t *testing.T, ev *evidence) {
 	bDir := launchDir(t)
 	writeLaunchFiles(t, bDir, map[string]string{})
 	pre := preflight("preflight", []string{"sh", "python3", "dig", "curl", "ip", "grep", "sed", "date", "mktemp", "cat", "rm"}, pfSecPy, pfDigTCP)
-	bl := startLauncher(t, relOpts{Dir: bDir, Env: s.sessionEnv(secAllow), Timeout: 5 * time.Minute,
+	bl := startLauncher(t, sessionOpts{Trace: true, Dir: bDir, Env: s.sessionEnv(secAllow), Timeout: 5 * time.Minute,
 		Cmd: []string{"sh", "-c", parallelScript(b.list(), 16, pre, "")}})
 	bl.wait()
 	bl.wantCode(0)

@@ -18,8 +18,8 @@ func TestReliabilitySharedService(t *testing.T) {
 		base := takeInventory(t)
 		vol := createVolume(t)
 		env := map[string]string{"XDG_CONFIG_HOME": mkdir(t, "xdg-shared-")}
-		first := startLauncher(t, relOpts{HomeVolume: vol, Env: env, Cmd: agentCmd(agentLoop)})
-		second := startLauncher(t, relOpts{HomeVolume: vol, Env: env, Cmd: agentCmd(agentLoop + "\necho second-ran-on")})
+		first := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Env: env, Cmd: agentCmd(agentLoop)})
+		second := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Env: env, Cmd: agentCmd(agentLoop + "\necho second-ran-on")})
 		for _, l := range []*launcher{first, second} {
 			if !l.waitFile("started", 60*time.Second) {
 				t.Fatalf("a session never ran its agent:\n%s", indent(l.Stderr()))
@@ -31,7 +31,7 @@ func TestReliabilitySharedService(t *testing.T) {
 			t.Fatalf("want one API service for both sessions: first's %d, second's %d, all: %v", pid, serviceOf(second), services)
 		}
 		// A session with another podman environment gets its own.
-		other := startLauncher(t, relOpts{HomeVolume: vol, Cmd: agentCmd(agentLoop)})
+		other := startLauncher(t, sessionOpts{Trace: true, HomeVolume: vol, Cmd: agentCmd(agentLoop)})
 		if !other.waitFile("started", 60*time.Second) {
 			t.Fatalf("the third session never ran its agent:\n%s", indent(other.Stderr()))
 		}

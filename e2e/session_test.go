@@ -3,228 +3,17 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
-
-const sessionTimeout = 90 * time.Second
-
-// defaultAllowlist is what a row gets unless it brings its own.
-// defaultAllowlist passes its TLS names unread (passthrough): the rows that
-// use it probe with the test CA (--cacert ./ca.pem) and read what the
-// client sent at the fake (SNI, ALPN, raw hellos). The inspecting proxy's
-// rows (e2e/inspect_test.go) use inspected names.
-const defaultAllowlist = `# e2e default allowlist
-allowed.test passthrough
-*.wild.test passthrough
-allowed.test:2222
-`
-
-type sessionOpts struct {
-	// Args follow the binary; nil means --exec with Cmd.
-	Args []string
-	Cmd  []string
-	// Allowlist is the file's content; "" means defaultAllowlist.
-	Allowlist string
-	// HomeVolume is the volume at /home/claude; "" means a fresh one.
-	HomeVolume string
-	// Dir is the launch directory; "" means a fresh one.
-	Dir string
-	// Env adds to or (with "") removes from the session's environment.
-	Env     map[string]string
-	Stdin   string
-	Timeout time.Duration
-	// Signal is sent to the launcher once ReadyFile appears in the launch
-	// dir, i.e. once the command inside is known to run.
-	Signal    syscall.Signal
-	ReadyFile string
-}
-
-type sessionResult struct {
-	Code           int
-	Stdout, Stderr string
-	Dir            string // launch dir
-	AllowlistPath  string
-	HomeVolume     string
-	Elapsed        time.Duration
-	TimedOut       bool
-	Signalled      bool
-}
-
-// runSession launches agent-sandbox once as the test user would, then checks
-// it left nothing behind.
-func runSession(t *testing.T, o sessionOpts) sessionResult {
-	t.Helper()
-	r := sessionResult{Dir: o.Dir, HomeVolume: o.HomeVolume}
-	if r.Dir == "" {
-		r.Dir = launchDir(t)
-	}
-	if r.HomeVolume == "" {
-		r.HomeVolume = homeVolume(t)
-	}
-	cfgDir := mkdir(t, "cfg-")
-	r.AllowlistPath = filepath.Join(cfgDir, "allowed-hosts")
-	allow := o.Allowlist
-	if allow == "" {
-		allow = defaultAllowlist
-	}
-	if err := os.WriteFile(r.AllowlistPath, []byte(allow), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"PWD":                          r.Dir,
-		"XDG_CONFIG_HOME":              mkdir(t, "xdg-"),
-		"AGENT_SANDBOX_ALLOWLIST":      r.AllowlistPath,
-		"AGENT_SANDBOX_HOME_VOLUME":    r.HomeVolume,
-		"AGENT_SANDBOX_UPSTREAM_DNS":   fakeIP,
-		"AGENT_SANDBOX_UPSTREAM_ALLOW": egressSubnet,
-		"AGENT_SANDBOX_IMAGE":          harness.sandboxImage,
-		"AGENT_SANDBOX_ROUTER_IMAGE":   harness.routerImage,
-		// The inspecting proxy verifies the fake's certificates with the
-		// test CA, as the credential proxy does: pinned like the DNS.
-		"AGENT_SANDBOX_UPSTREAM_CA": filepath.Join(harness.fakeDir, "ca.pem"),
-	}
-	for k, v := range o.Env {
-		env[k] = v
-	}
-	args := o.Args
-	if args == nil {
-		args = append([]string{"--exec"}, o.Cmd...)
-	}
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = sessionTimeout
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.bin, args...)
-	cmd.Dir = r.Dir
-	cmd.Env = sessionEnv(env)
-	cmd.Stdin = strings.NewReader(o.Stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// On timeout the launcher gets SIGTERM, as from a closing terminal, and time
-	// to tear down, so the leftover check still means something.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	if n := timeouts.Load(); n >= maxTimeouts {
-		t.Fatalf("not launched: %d sessions already hung; fix that first (see the first timed-out row)", n)
-	}
-	start := time.Now()
-	err := cmd.Start()
-	var keeper *keeperProc
-	if err == nil {
-		launched.Store(cmd.Process.Pid, true)
-		keeper = trackKeeper(cmd.Process.Pid)
-		done := make(chan struct{})
-		signalled := make(chan bool, 1)
-		if o.Signal != 0 {
-			go func() { signalled <- signalWhenReady(cmd.Process, filepath.Join(r.Dir, o.ReadyFile), o.Signal, done) }()
-		}
-		err = cmd.Wait()
-		close(done)
-		if o.Signal != 0 {
-			r.Signalled = <-signalled
-		}
-	}
-	r.Elapsed = time.Since(start)
-	r.Stdout, r.Stderr = stdout.String(), stderr.String()
-	r.TimedOut = ctx.Err() != nil
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		r.Code = exit.ExitCode()
-	default:
-		t.Fatalf("cannot run %s: %v", harness.bin, err)
-	}
-	t.Logf("session %s in %s: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
-		describeArgs(args), r.Dir, r.Code, r.Elapsed.Round(time.Millisecond), indent(r.Stdout), indent(r.Stderr))
-	if r.TimedOut {
-		timeouts.Add(1)
-		t.Errorf("session did not finish within %s (sent SIGTERM)", timeout)
-	}
-	waitKeeper(t, keeper, start.Add(r.Elapsed))
-	assertNoLeftovers(t)
-	return r
-}
-
-// signalWhenReady sends sig once file exists, unless the launcher ends first.
-func signalWhenReady(p *os.Process, file string, sig syscall.Signal, done <-chan struct{}) bool {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return false
-		case <-tick.C:
-			if _, err := os.Stat(file); err == nil {
-				return p.Signal(sig) == nil
-			}
-		}
-	}
-}
-
-// launched holds the pid of every launcher this run started: leftovers are
-// attributed to sessions through the pid in the session name.
-var launched sync.Map
-
-// After this many hung sessions the rest fail at once instead of each
-// waiting out its timeout.
-const maxTimeouts = 2
-
-var timeouts atomic.Int32
-
-// describeArgs keeps the log readable: probe scripts are long.
-func describeArgs(args []string) string {
-	var out []string
-	for _, a := range args {
-		if len(a) > 120 {
-			a = a[:60] + fmt.Sprintf("...(%d bytes)", len(a))
-		}
-		out = append(out, strconv.Quote(a))
-	}
-	return "[" + strings.Join(out, " ") + "]"
-}
-
-// sessionEnv is the clean environment hack/run-e2e gives the suite plus the
-// session's own variables; nothing else of the caller's leaks in.
-func sessionEnv(extra map[string]string) []string {
-	env := map[string]string{}
-	for _, k := range []string{"HOME", "USER", "PATH", "XDG_RUNTIME_DIR", "AGENT_SANDBOX_PODMAN"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env[k] = v
-		}
-	}
-	for k, v := range extra {
-		if v == "" {
-			delete(env, k)
-			continue
-		}
-		env[k] = v
-	}
-	var out []string
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	slices.Sort(out)
-	return out
-}
 
 func indent(s string) string {
 	if s == "" {
@@ -267,13 +56,6 @@ func homeVolume(t *testing.T) string {
 		}
 	})
 	return name
-}
-
-func wantCode(t *testing.T, r sessionResult, want int) {
-	t.Helper()
-	if r.Code != want {
-		t.Errorf("exit code = %d, want %d; stderr:\n%s", r.Code, want, indent(r.Stderr))
-	}
 }
 
 // leftovers is what sessions must not leave: podman objects named or
