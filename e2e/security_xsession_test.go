@@ -477,7 +477,7 @@ func (s *secSuite) xsCheckControl(t *testing.T, ev *evidence, ps *probeSet, addr
 		// session's own traffic, which the sniffer leaves out by design.
 		if wire {
 			ok = false
-			t.Errorf("the sniffer logged %s between %s and A's router: it ignores less than SECURITY.md says:\n%s", nn, addr, strings.Join(s.env.seen(nn), "\n"))
+			t.Errorf("the sniffer logged %s between %s and A's router: it ignores less than docs/evidence.md says:\n%s", nn, addr, strings.Join(s.env.seen(nn), "\n"))
 		}
 	}
 	for _, nn := range nonces["entry"] {
