@@ -569,10 +569,22 @@ func writeCredentialDir(runtimeDir, session string, s sessionCredentials) (strin
 	if err != nil {
 		return "", err
 	}
+	for name, body := range credentialFiles(s.creds) {
+		if err := writePrivate(filepath.Join(dir, name), body); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("cannot write the router's credential file: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// credentialFiles are the router's credential files by name: for each
+// model API the nginx include that sets its header, for GitHub the token
+// that routerd reads itself (forge.go).
+func credentialFiles(creds []credential) map[string]string {
 	files := map[string]string{}
-	for _, c := range s.creds {
+	for _, c := range creds {
 		if c.kind.provider.forge {
-			// routerd reads the token itself (forge.go).
 			files[forgeTokenFile] = c.value + "\n"
 			continue
 		}
@@ -582,13 +594,7 @@ func writeCredentialDir(runtimeDir, session string, s sessionCredentials) (strin
 		}
 		files[c.kind.provider.id+".conf"] = fmt.Sprintf("proxy_set_header %s \"%s\";\n", c.kind.header, v)
 	}
-	for name, body := range files {
-		if err := writePrivate(filepath.Join(dir, name), body); err != nil {
-			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("cannot write the router's credential file: %w", err)
-		}
-	}
-	return dir, nil
+	return files
 }
 
 // writePrivate creates path 0600 and writes body to it.

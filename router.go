@@ -81,12 +81,10 @@ func caDirOf(tmp string) string { return filepath.Join(tmp, "ca") }
 func (r *routerFiles) apply(entries []allowlist.Entry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, cursor, err := routerconf.Replan(r.plan, r.cursor, r.creds.withHanded(entries))
+	p, cursor, err := replan(r.plan, r.cursor, r.creds, entries)
 	if err != nil {
 		return err
 	}
-	p.Routes, p.TrustedCA, p.APIAllow = routes(r.creds.active(entries)), r.creds.trustedCA(), r.creds.apiAllow
-	p.Forge = r.creds.forge.doc(r.creds.apiAllow)
 	p.Published = r.published
 	for _, f := range p.Render(r.routerIP) {
 		if err := r.replace(f); err != nil {
@@ -100,6 +98,19 @@ func (r *routerFiles) apply(entries []allowlist.Entry) error {
 	}
 	r.plan, r.cursor, r.applied = p, cursor, entries
 	return nil
+}
+
+// replan is the router's plan for entries after prev: the allowlist's,
+// with what the credentials add (their routes, the CA bundle nginx
+// verifies with, the forge's rules).
+func replan(prev routerconf.Plan, cursor routerconf.Cursor, creds credPlan, entries []allowlist.Entry) (routerconf.Plan, routerconf.Cursor, error) {
+	p, cursor, err := routerconf.Replan(prev, cursor, creds.withHanded(entries))
+	if err != nil {
+		return p, cursor, err
+	}
+	p.Routes, p.TrustedCA, p.APIAllow = routes(creds.active(entries)), creds.trustedCA(), creds.apiAllow
+	p.Forge = creds.forge.doc(creds.apiAllow)
+	return p, cursor, nil
 }
 
 // entries is the list the session runs with now.

@@ -151,24 +151,7 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// inspecting proxy signs with, in place of the image's bundle.
 	c.Mounts = append(c.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(caDirOf(made.tmp), caBundleFile), Destination: agentCABundle, Options: []string{"ro"}})
 	c.WorkDir = cfg.launchDir
-	c.Env = map[string]string{}
-	for k, v := range cfg.env {
-		c.Env[k] = v
-	}
-	c.Env["DISABLE_AUTOUPDATER"] = "1"
-	// No telemetry, error reports or feature flags: hosts that take data
-	// under anyone's credentials.
-	c.Env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-	for k, v := range gitRewriteEnv(made.cred.forge.gitHost) {
-		c.Env[k] = v
-	}
-	for k, v := range agentCredentialEnv(made.cred.creds) {
-		c.Env[k] = v
-	}
-	c.Env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
-	for _, v := range caBundleEnv {
-		c.Env[v] = agentCABundle
-	}
+	c.Env = agentEnv(cfg.env, made.cred)
 	c.Command = cfg.cmd
 	c.ResourceLimits = cfg.host.Resources(cfg.limits)
 	// Its tasks limit holds on every host: the agent's user has the pod's
@@ -183,6 +166,31 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// which counts no memory the agent holds in a tmpfs of its own.
 	c.OOMScoreAdj = ptr(agentOOMScoreAdj)
 	return c
+}
+
+// agentEnv is the agent's environment: the --env variables, the
+// credentials' placeholders, and what points its tools at the session's
+// CA bundle and keeps them from reaching out on their own.
+func agentEnv(passed map[string]string, cred sessionCredentials) map[string]string {
+	env := map[string]string{}
+	for k, v := range passed {
+		env[k] = v
+	}
+	env["DISABLE_AUTOUPDATER"] = "1"
+	// No telemetry, error reports or feature flags: hosts that take data
+	// under anyone's credentials.
+	env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+	for k, v := range gitRewriteEnv(cred.forge.gitHost) {
+		env[k] = v
+	}
+	for k, v := range agentCredentialEnv(cred.creds) {
+		env[k] = v
+	}
+	env["CLAUDE_CODE_TMPDIR"] = "/var/tmp"
+	for _, v := range caBundleEnv {
+		env[v] = agentCABundle
+	}
+	return env
 }
 
 // agentOOMScoreAdj raises the agent's OOM score.
