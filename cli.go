@@ -108,7 +108,7 @@ session.`,
 	})
 	root.AddCommand(newGCCommand(ctx, set), newLogCommand(ctx, set), newBuildCommand(ctx, set), newPsCommand(set), newStopCommand(ctx, set))
 	addUserCommands(root, ctx, set)
-	root.AddCommand(newSecretCommand(set))
+	root.AddCommand(newSecretCommand(set), newKubeCommand(set))
 	return root
 }
 

@@ -54,6 +54,7 @@ func TestLayers(t *testing.T) {
 		"trace":      {"internal/iostreams"},
 		"podman":     {"internal/apiservice", "internal/iostreams", "internal/trace"},
 		"keeper":     {"internal/iostreams"},
+		"kube":       {"internal/allowlist", "internal/routerconf"},
 	}
 	for pkg, may := range allowed {
 		for _, imp := range importsOf(t, filepath.Join("internal", pkg)) {

@@ -626,7 +626,33 @@ func (p Plan) sortedPortEntries() []allowlist.Entry {
 // directory only the router and the forwarder mount, so the agent cannot
 // get to nginx's TLS server past that check.
 func (p Plan) forwards(routerIP string) string {
-	tls := "unix:" + TLSSocket + "/tls"
+	return p.forwardPairs("unix:"+TLSSocket+"/tls", routerIP)
+}
+
+// ForwardsVia renders the pairs of a forwarder that reaches the router over
+// TCP at routerIP (a cluster, where the router runs in a pod of its own):
+// TLS goes to the router's port 443, where its own front checks the
+// ClientHello again (FrontForwards), since the agent can reach that port
+// around its pod's forwarder.
+func (p Plan) ForwardsVia(routerIP string) string {
+	return p.forwardPairs(routerIP+":443/tls", routerIP)
+}
+
+// FrontForwards are the pairs of the router pod's front in a cluster: any
+// address's port 443, screened for ECH, to nginx's TLS socket.
+const FrontForwards = "0.0.0.0:443=unix:" + TLSSocket + "/tls"
+
+// RouterPorts are the router ports that relay the host:port entries, in
+// order: with 53 and 443, every port the agent's forwarder connects to.
+func (p Plan) RouterPorts() []int {
+	var out []int
+	for _, e := range p.sortedPortEntries() {
+		out = append(out, p.routerPort[e])
+	}
+	return out
+}
+
+func (p Plan) forwardPairs(tls, routerIP string) string {
 	pairs := []string{"127.0.0.1:443=" + tls}
 	seen := map[netip.Addr]bool{}
 	for _, e := range p.sortedPortEntries() {

@@ -164,3 +164,24 @@ func mustParse(t *testing.T, s string) []allowlist.Entry {
 	}
 	return e
 }
+
+// In a cluster the forwarder reaches the router over TCP: TLS to its port
+// 443 (screened again by the router's front), each port entry to its
+// router port, and RouterPorts lists exactly those.
+func TestForwardsVia(t *testing.T) {
+	p, _, err := Replan(Plan{}, FirstCursor, mustParse(t, "a.test\nb.test:22\nc.test:5432\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "127.0.0.1:443=10.96.200.53:443/tls 127.0.0.2:443=10.96.200.53:443/tls 127.0.0.2:22=10.96.200.53:10001 " +
+		"127.0.0.3:443=10.96.200.53:443/tls 127.0.0.3:5432=10.96.200.53:10002"
+	if got := p.ForwardsVia("10.96.200.53"); got != want {
+		t.Errorf("ForwardsVia:\n got %s\nwant %s", got, want)
+	}
+	if got := p.RouterPorts(); !slices.Equal(got, []int{10001, 10002}) {
+		t.Errorf("RouterPorts = %v", got)
+	}
+	if !strings.HasPrefix(FrontForwards, "0.0.0.0:443=unix:"+TLSSocket) || !strings.HasSuffix(FrontForwards, "/tls") {
+		t.Errorf("FrontForwards = %s", FrontForwards)
+	}
+}

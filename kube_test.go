@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/kube"
+)
+
+// kubeProject is a launch dir whose repository pushes to remote, and the
+// settings of a user with an allowlist and, when key is set, an API key.
+func kubeProject(t *testing.T, remote, key string) (settings, string) {
+	t.Helper()
+	home, dir := t.TempDir(), filepath.Join(t.TempDir(), "proj")
+	for _, d := range []string{filepath.Join(dir, ".git", "objects"), filepath.Join(dir, ".git", "refs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		filepath.Join(dir, ".git", "HEAD"):   "ref: refs/heads/main\n",
+		filepath.Join(dir, ".git", "config"): "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = " + remote + "\n",
+		filepath.Join(home, "allowed-hosts"): "api.anthropic.com\ngit.example\ngit.example:22\n",
+	}
+	for p, body := range files {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"HOME": home, "AGENT_SANDBOX_ALLOWLIST": filepath.Join(home, "allowed-hosts")}
+	if key != "" {
+		env["ANTHROPIC_API_KEY"] = key
+	}
+	return settingsFrom(env), dir
+}
+
+func TestKubeExportDecidesAsASession(t *testing.T) {
+	const key = "sk-ant-api03-kubeexporttestkey000000"
+	set, dir := kubeProject(t, "https://git.example/team/proj.git", key)
+	var errOut bytes.Buffer
+	s, err := kubeSandbox(set, kubeExportArgs{namespace: "agents"}, dir, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CloneURL != "https://git.example/team/proj.git" || s.ProjectDir != "proj" {
+		t.Errorf("clone %q into %q, want the push remote into proj", s.CloneURL, s.ProjectDir)
+	}
+	if s.Name != kubeName(dir) || kube.CheckName(s.Name) != nil || !strings.HasPrefix(s.Name, "agent-sandbox-proj-") {
+		t.Errorf("name %q", s.Name)
+	}
+	if !strings.Contains(s.Credentials["anthropic.conf"], key) {
+		t.Errorf("the router's credential files %v lack the user's key", s.Credentials)
+	}
+	for k, v := range s.Env {
+		if strings.Contains(v, key) {
+			t.Errorf("the agent gets the key in %s", k)
+		}
+	}
+	if !strings.Contains(s.Env["ANTHROPIC_AUTH_TOKEN"], "placeholder") || s.Env["SSL_CERT_FILE"] != agentCABundle {
+		t.Errorf("the agent's environment lacks the placeholder or the CA bundle: %v", s.Env)
+	}
+	if len(s.Plan.RouterPorts()) != 1 {
+		t.Errorf("router ports %v, want the one host:port entry's", s.Plan.RouterPorts())
+	}
+	if !strings.Contains(strings.Join(s.Command, " "), "claude") {
+		t.Errorf("command %v, want claude's", s.Command)
+	}
+	objs, err := kube.Manifests(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y, err := kube.YAML(s, objs); err != nil || !bytes.Contains(y, []byte("kind: Secret")) || !bytes.Contains(y, []byte("namespace: agents")) {
+		t.Errorf("export (%v) lacks the Secret or the namespace", err)
+	}
+}
+
+func TestKubeExportRefusals(t *testing.T) {
+	set, dir := kubeProject(t, "git@git.example:team/proj.git", "")
+	for _, tc := range []struct {
+		args kubeExportArgs
+		want string
+	}{
+		{kubeExportArgs{}, "only an https:// URL"},
+		{kubeExportArgs{clone: "https://user:pw@git.example/x.git"}, "without credentials"},
+		{kubeExportArgs{clone: "https://git.example/x.git", serviceIP: "fd00::1"}, "--service-ip fd00::1: not an IPv4 address"},
+		{kubeExportArgs{clone: "https://git.example/x.git", name: "Bad_Name"}, "--name: name \"Bad_Name\" is not a valid sandbox name"},
+		{kubeExportArgs{clone: "https://git.example/x.git", env: []string{"NOT_SET_HERE"}}, "NOT_SET_HERE is not set"},
+		{kubeExportArgs{clone: "https://git.example/x.git", agent: "nobody"}, "not an agent"},
+	} {
+		_, err := kubeSandbox(set, tc.args, dir, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	if s, err := kubeSandbox(set, kubeExportArgs{clone: "https://git.example/x.git"}, dir, &bytes.Buffer{}); err != nil || len(s.Credentials) != 0 {
+		t.Errorf("without a key: %v, credentials %v", err, s.Credentials)
+	}
+}
+
+func TestKubeName(t *testing.T) {
+	long := "/home/u/" + strings.Repeat("Very_Long.Name", 6)
+	for _, dir := range []string{"/home/u/proj", long, "/"} {
+		n := kubeName(dir)
+		if err := kube.CheckName(n); err != nil {
+			t.Errorf("%s: %v", dir, err)
+		}
+	}
+	if kubeName("/a/proj") == kubeName("/b/proj") {
+		t.Error("two projects of one name share a sandbox name")
+	}
+}
