@@ -24,6 +24,7 @@ import (
 // kubeExportArgs are kube export's flags.
 type kubeExportArgs struct {
 	namespace, name, serviceIP, clone, output string
+	runtime                                   string
 	agent                                     string
 	env, repos                                []string
 	nested                                    bool
@@ -69,6 +70,7 @@ them: it is written 0600 with -o.`,
 	f.StringVar(&a.agent, "agent", "", "the agent: claude, codex or gemini (default: AGENT_SANDBOX_AGENT, else claude)")
 	f.StringArrayVar(&a.env, "env", nil, "pass this variable of your environment to the agent (repeatable)")
 	f.StringArrayVar(&a.repos, "repo", nil, "also admit GitHub writes to OWNER/NAME (repeatable)")
+	f.StringVar(&a.runtime, "runtime", kube.RuntimeKubernetes, "what runs the pods: kubernetes, or podman (podman kube play on this machine: its pods run the router and forwarders as root of your user namespace, and take no credentials)")
 	f.BoolVar(&a.nested, "nested", false, "pass /dev/fuse and /dev/net/tun for nested containers: the namespace must then admit privileged pods")
 	kubeCmd.AddCommand(reportFlagErrors(export))
 	return kubeCmd
@@ -110,7 +112,16 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 // kubeSandbox is what the export writes for dir: the allowlist, the agent,
 // the credentials and the remote, decided as a session decides them.
 func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (kube.Sandbox, error) {
-	s := kube.Sandbox{Namespace: a.namespace, Dir: dir, RouterImage: set.routerImage, Nested: a.nested}
+	s := kube.Sandbox{Namespace: a.namespace, Dir: dir, RouterImage: set.routerImage, Nested: a.nested, Runtime: a.runtime}
+	switch a.runtime {
+	case "", kube.RuntimeKubernetes, kube.RuntimePodman:
+	default:
+		return s, refusef("--runtime %s: want %s or %s", a.runtime, kube.RuntimeKubernetes, kube.RuntimePodman)
+	}
+	var err error
+	if s.RouterEnv, err = kubeRouterEnv(set, a.runtime); err != nil {
+		return s, err
+	}
 	s.Name = a.name
 	if s.Name == "" {
 		s.Name = kubeName(dir)
@@ -140,7 +151,6 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 		la.cmd = []string{"claude"}
 	}
 	cfg := sessionConfig{env: la.env}
-	var err error
 	if cfg.entries, err = loadAllowlist(set.allowlist, errOut); err != nil {
 		return s, err
 	}
@@ -149,6 +159,10 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 	}
 	if err := cfg.pickAgent(set, la); err != nil {
 		return s, refusef("%v", err)
+	}
+	if la.exec {
+		// As --exec: the command after --, in place of the agent's.
+		cfg.cmd = la.cmd
 	}
 	s.AgentImage, s.Command = cfg.image, cfg.cmd
 
@@ -180,6 +194,27 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 	}
 	s.Env = agentEnv(la.env, creds)
 	return s, nil
+}
+
+// kubeRouterEnv is what a session would add to routerd's environment: a
+// pinned upstream resolver and its answers' ranges when set, and under
+// podman the addresses of this machine, which routerd refuses to relay to.
+func kubeRouterEnv(set settings, runtime string) (map[string]string, error) {
+	dns, allow, err := set.upstream()
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	if dns != "" {
+		env["UPSTREAM_DNS"] = dns
+	}
+	if allow != "" {
+		env["UPSTREAM_ALLOW"] = allow
+	}
+	if runtime == kube.RuntimePodman {
+		env["HOST_ADDRS"] = hostAddrs()
+	}
+	return env, nil
 }
 
 // kubeName is a sandbox's default name: the project's home volume's,

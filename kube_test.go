@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,6 +98,34 @@ func TestKubeExportRefusals(t *testing.T) {
 	}
 	if s, err := kubeSandbox(set, kubeExportArgs{clone: "https://git.example/x.git"}, dir, &bytes.Buffer{}); err != nil || len(s.Credentials) != 0 {
 		t.Errorf("without a key: %v, credentials %v", err, s.Credentials)
+	}
+}
+
+// Under podman the router gets what a test session pins (upstream
+// resolver and ranges) and this machine's addresses; a cluster's only
+// what is set; and podman takes no credentials.
+func TestKubeExportForPodman(t *testing.T) {
+	set, dir := kubeProject(t, "https://git.example/team/proj.git", "sk-ant-api03-kubeexporttestkey000000")
+	set.upstreamDNS, set.upstreamAllow = "10.89.0.10", "10.89.0.0/24"
+	s, err := kubeSandbox(set, kubeExportArgs{runtime: kube.RuntimePodman}, dir, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RouterEnv["UPSTREAM_DNS"] != "10.89.0.10" || s.RouterEnv["UPSTREAM_ALLOW"] != "10.89.0.0/24" || s.RouterEnv["HOST_ADDRS"] != hostAddrs() {
+		t.Errorf("router env %v", s.RouterEnv)
+	}
+	if _, err := kube.Manifests(s); err == nil || !strings.Contains(err.Error(), "without credentials") {
+		t.Errorf("podman with a key: %v", err)
+	}
+	s, err = kubeSandbox(set, kubeExportArgs{}, dir, &bytes.Buffer{})
+	if err != nil || s.RouterEnv["HOST_ADDRS"] != "" || s.RouterEnv["UPSTREAM_DNS"] != "10.89.0.10" {
+		t.Errorf("a cluster's router env %v (%v)", s.RouterEnv, err)
+	}
+	if s, err := kubeSandbox(set, kubeExportArgs{cmd: []string{"sh", "./probes.sh"}}, dir, &bytes.Buffer{}); err != nil || !slices.Equal(s.Command, []string{"sh", "./probes.sh"}) {
+		t.Errorf("-- sh ./probes.sh: command %q (%v)", s.Command, err)
+	}
+	if _, err := kubeSandbox(set, kubeExportArgs{runtime: "docker"}, dir, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--runtime docker") {
+		t.Errorf("--runtime docker: %v", err)
 	}
 }
 

@@ -195,6 +195,9 @@ func (e *secEnv) startSecFake() error {
 		harness.fakeImage}
 	args = append(args, fakeArgs("/sec/secfake.log", strings.Join(zone, ","))...)
 	args = append(args, "-ip-names", rebindSuffix, "-ip-allow", e.ipAllow())
+	// The kube session's agent pod clones its project from here, as a
+	// cluster clones from the project's remote.
+	args = append(args, "-git-hosts", gitHost, "-git-root", "/fake/git")
 	if _, err := podman(args...); err != nil {
 		return err
 	}

@@ -148,9 +148,14 @@ var (
 
 // probeSet collects a session's probes and checks them afterwards.
 type probeSet struct {
-	probes []secProbe
-	res    map[string]probeResult
-	ran    bool // the session ran and reported
+	// session names the shared session that runs the set, in the
+	// refusals its rows expect (s.refuse) and s.routerLogs.
+	session string
+	probes  []secProbe
+	res     map[string]probeResult
+	ran     bool // the session ran and reported
+	// directNonces are row 2's direct sends, one per host and port.
+	directNonces []string
 }
 
 func (ps *probeSet) add(row int, name string, expect expectation, why reason, nonce, shell string) {

@@ -38,6 +38,7 @@ func (s *secSuite) row1(t *testing.T, ev *evidence) {
 		ev.add("the session network has no gateway: the pod's only route is its own /24")
 	}
 	s.checkControl(t, ev, "DNS queries (A, AAAA, TXT, MX over UDP and TCP, long labels) sent straight to the fake", s.controlNonces["dns"]...)
+	s.checkKube(t, ev, 1)
 }
 
 func (s *secSuite) row2(t *testing.T, ev *evidence) {
@@ -58,11 +59,11 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 				why = append(why, f[3])
 			}
 		}
-		if len(why) != len(s.directNonces) {
-			t.Errorf("the direct probe reported %d sends of %d: it did not run as written: %s", len(why), len(s.directNonces), r)
+		if len(why) != len(s.main.directNonces) {
+			t.Errorf("the direct probe reported %d sends of %d: it did not run as written: %s", len(why), len(s.main.directNonces), r)
 		}
 		leaks := 0
-		for _, n := range s.directNonces {
+		for _, n := range s.main.directNonces {
 			if got := s.env.seen(n); len(got) > 0 {
 				leaks++
 				t.Errorf("LEAK: direct payload %s reached:\n%s", n, strings.Join(got, "\n"))
@@ -70,7 +71,7 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 		}
 		if leaks == 0 && r.RC != 0 {
 			ev.add("%d direct sends to %d hosts (the fakes, the canaries and the egress gateway on TCP 22/80/443/3128 and UDP 53/443) failed (%s); none of their %d nonces in any log",
-				len(why), len(directTargets()), summarise(why), len(s.directNonces))
+				len(why), len(directTargets()), summarise(why), len(s.main.directNonces))
 		}
 	}
 	if r, ok := s.main.res["routes"]; ok {
@@ -87,6 +88,7 @@ func (s *secSuite) row2(t *testing.T, ev *evidence) {
 	s.quiet(t, ev, "gateway")
 	s.checkControl(t, ev, "direct sends from a container on the egress network", s.controlNonces["direct"]...)
 	s.checkControl(t, ev, "MSG_DONTROUTE sendto to the fake from a container on the egress network (on-link there)", s.controlNonces["dontroute"]...)
+	s.checkKube(t, ev, 2)
 }
 
 func (s *secSuite) row3(t *testing.T, ev *evidence) {
@@ -130,6 +132,7 @@ func (s *secSuite) row3(t *testing.T, ev *evidence) {
 	if len(s.env.ipv6Addrs()) > 0 {
 		s.checkControl(t, ev, "TCP from the host to the canary on the machine's IPv6 address", s.controlNonces["host-ipv6"]...)
 	}
+	s.checkKube(t, ev, 3)
 }
 
 func (s *secSuite) row4(t *testing.T, ev *evidence) {
@@ -151,6 +154,7 @@ func (s *secSuite) row4(t *testing.T, ev *evidence) {
 			ev.add("self-check: the same QUIC Initial from the egress network reached the fake's UDP 443 and the sniffer saw its nonce on the wire")
 		}
 	}
+	s.checkKube(t, ev, 4)
 }
 
 func (s *secSuite) row5(t *testing.T, ev *evidence) {
@@ -172,6 +176,7 @@ func (s *secSuite) row5(t *testing.T, ev *evidence) {
 	}
 	ev.add("SNIs of the %d hellos the TLS server saw: %s", len(hellos), strings.Join(shorten(uniq(snis)), ", "))
 	s.checkControl(t, ev, "hand-made ClientHellos sent straight to the TLS server", s.controlNonces["hello"]...)
+	s.checkKube(t, ev, 5)
 }
 
 func (s *secSuite) row6(t *testing.T, ev *evidence) {
@@ -196,6 +201,7 @@ func (s *secSuite) row6(t *testing.T, ev *evidence) {
 		}
 	}
 	s.checkControl(t, ev, "HTTPS query sent straight to the fake", s.controlNonces["https-record"]...)
+	s.checkKube(t, ev, 6)
 }
 
 func (s *secSuite) row7(t *testing.T, ev *evidence) {
@@ -209,6 +215,7 @@ func (s *secSuite) row7(t *testing.T, ev *evidence) {
 	s.quiet(t, ev, append(containers, "gateway")...)
 	ev.add("opened path: with UPSTREAM_ALLOW naming the canaries' ranges the same probes reached all 3 canaries; the gateway and the router's loopback stayed refused")
 	s.checkControl(t, ev, "TCP to the canaries and the gateway from the egress network", s.controlNonces["canary"]...)
+	s.checkKube(t, ev, 7)
 }
 
 func (s *secSuite) row8(t *testing.T, ev *evidence) {
@@ -234,6 +241,7 @@ func (s *secSuite) row8(t *testing.T, ev *evidence) {
 	ev.add("host canaries on %s port %d", strings.Join(append([]string{"127.0.0.1", "::1"}, s.env.hostIPs...), ", "), s.env.hostPort)
 	s.checkControl(t, ev, "sends to the machine's address from the egress network (via host.containers.internal) and to loopback from the host",
 		append(s.controlNonces["host"], s.controlNonces["host-loopback"]...)...)
+	s.checkKube(t, ev, 8)
 }
 
 func (s *secSuite) row9(t *testing.T, ev *evidence) {
@@ -610,7 +618,7 @@ func (s *secSuite) quiet(t *testing.T, ev *evidence, names ...string) {
 			known = append(known, needle(p.nonce))
 		}
 	}
-	known = append(known, s.directNonces...)
+	known = append(known, s.main.directNonces...)
 	var got []string
 	for _, l := range s.quietLines {
 		explained := false

@@ -87,18 +87,22 @@ type secSuite struct {
 	setupErr error
 
 	main, opened, control, nested probeSet
-	mainMark, mainEnd             marks // the logs before and after the main session
-	quietLines                    []string
-	controlNonces                 map[string][]string // probe kind -> nonces sent over opened paths
-	directNonces                  []string            // row 2's, one per host and port
-	edited                        map[string]string   // row 9's names
-	nestedModes                   []string
-	nestedNonces                  map[string]map[string]string // mode -> probe -> nonce
-	took                          []string                     // the shared sessions' times
-	preflightErrs                 []string                     // what the sessions' preflights found missing
-	settleErrs                    []string                     // the points whose markers did not all arrive
-	routerLogs                    map[string]string            // shared session -> its router's log
-	refusals                      []refusal                    // routerd refusals rows 7 and 8 expect
+	// kube is rows 1-8's probes again, in the agent pod of `kube export
+	// --runtime podman` run by podman kube play (security_kube_test.go).
+	kube              probeSet
+	kubeQuiet         []string // what the canaries logged during it
+	kubeSkipped       []string // probes of rows 1-8 not run there, and why
+	mainMark, mainEnd marks    // the logs before and after the main session
+	quietLines        []string
+	controlNonces     map[string][]string // probe kind -> nonces sent over opened paths
+	edited            map[string]string   // row 9's names
+	nestedModes       []string
+	nestedNonces      map[string]map[string]string // mode -> probe -> nonce
+	took              []string                     // the shared sessions' times
+	preflightErrs     []string                     // what the sessions' preflights found missing
+	settleErrs        []string                     // the points whose markers did not all arrive
+	routerLogs        map[string]string            // shared session -> its router's log
+	refusals          []refusal                    // routerd refusals rows 7 and 8 expect
 }
 
 func (s *secSuite) allowlist(extra ...string) string {
@@ -132,14 +136,17 @@ func (s *secSuite) sessionEnv(allow string) map[string]string {
 func (s *secSuite) runShared(t *testing.T) {
 	s.controlNonces = map[string][]string{}
 	s.routerLogs = map[string]string{}
+	s.main.session, s.kube.session = "main", "kube"
 	s.buildMain(t)
 	s.buildOpened(t)
 	s.buildControl(t)
 	s.buildNested(t)
+	s.buildKube(t)
 	s.runMain(t)
 	s.runOpened(t)
 	s.runControl(t)
 	s.runNested(t)
+	s.runKube(t)
 }
 
 // Preflight of each shared session: every command and feature its probes
@@ -404,7 +411,7 @@ func (s *secSuite) mainRow2(t *testing.T, ps *probeSet) {
 	n := func() string { return newNonce(t) }
 	specs, nonces := directSpecs(t, directTargets()...)
 	ps.add(2, "direct tcp and udp to every fake, canary and the gateway", info, noReason, "", "python3 -S ./sec.py direct "+specs)
-	s.directNonces = nonces
+	ps.directNonces = nonces
 	// MSG_DONTROUTE on an unconnected socket: the kernel looks for the
 	// destination on a directly attached link, past the routing table. The
 	// egress network is no link of the pod's, so there is none; from a
@@ -511,7 +518,7 @@ func (s *secSuite) mainRow7(t *testing.T, ps *probeSet) {
 		nn = n()
 		name := "ip-" + strings.ReplaceAll(tgt, ".", "-") + "-" + nn + "." + rebindSuffix
 		ps.add(7, "https via a name rebound to "+tgt, resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
-		s.refuse(7, "main", name, tgt, why[tgt])
+		s.refuse(7, ps.session, name, tgt, why[tgt])
 	}
 	for _, tgt := range []struct{ addr, label string }{
 		{egressGW, "ip-10-99-0-1-gw"}, {"10.99.0.200", "ip-10-99-0-200-c0"},
@@ -523,12 +530,12 @@ func (s *secSuite) mainRow7(t *testing.T, ps *probeSet) {
 			name = "egress gateway"
 		}
 		ps.add(7, "tcp port entry rebound to "+name, blocked, rNoEcho, nn, tcpEcho(tgt.label+"."+rebindSuffix, "2222", nn))
-		s.refuse(7, "main", tgt.label+"."+rebindSuffix, tgt.addr, why[tgt.addr])
+		s.refuse(7, ps.session, tgt.label+"."+rebindSuffix, tgt.addr, why[tgt.addr])
 	}
 	nn = n()
 	ps.add(7, "dns over a port entry rebound to the router's loopback resolver", blocked, rDigClosed, nn,
 		dnsProbe("+tcp -p 5353 @ip-127-0-0-1-lo."+rebindSuffix+" "+nn+".wild.test A"))
-	s.refuse(7, "main", "ip-127-0-0-1-lo."+rebindSuffix, "127.0.0.1", "loopback")
+	s.refuse(7, ps.session, "ip-127-0-0-1-lo."+rebindSuffix, "127.0.0.1", "loopback")
 	nn = n()
 	ps.add(7, "opened path: dns over a port entry to the fake", arrives, noReason, nn,
 		dnsProbe("+tcp -p 53 @ip-10-99-0-11-dns."+rebindSuffix+" "+nn+".wild.test A"))
@@ -562,14 +569,14 @@ func (s *secSuite) mainRow8(t *testing.T, ps *probeSet) {
 	}
 	nn = n()
 	ps.add(8, "tcp port entry rebound to the machine's address", blocked, rNoEcho, nn, tcpEcho("ip-"+hostDash+"-host."+rebindSuffix, p, nn))
-	s.refuse(8, "main", "ip-"+hostDash+"-host."+rebindSuffix, hostIP, "the host")
+	s.refuse(8, ps.session, "ip-"+hostDash+"-host."+rebindSuffix, hostIP, "the host")
 	nn = n()
 	name := "ip-" + hostDash + "-" + nn + "." + rebindSuffix
 	ps.add(8, "https via a name rebound to the machine's address", resolvedOnly, rTLSClosed, nn, curlHTTPS(name, nn))
-	s.refuse(8, "main", name, hostIP, "the host")
+	s.refuse(8, ps.session, name, hostIP, "the host")
 	nn = n()
 	ps.add(8, "tcp port entry rebound to the router's loopback on the canaries' port", blocked, rNoEcho, nn, tcpEcho("ip-127-0-0-1-hl."+rebindSuffix, p, nn))
-	s.refuse(8, "main", "ip-127-0-0-1-hl."+rebindSuffix, "127.0.0.1", "loopback")
+	s.refuse(8, ps.session, "ip-127-0-0-1-hl."+rebindSuffix, "127.0.0.1", "loopback")
 }
 
 // rEditedUDP: row 9's datagrams to the new nameservers have no route.

@@ -96,9 +96,32 @@ func run() int {
 	return 0
 }
 
+// The roles a forwarder plays (FORWARDER_ROLE).
+const (
+	// roleAgent, the default, runs in the agent's pod: it listens on the
+	// pod's loopback, where the router's DNS sends the agent.
+	roleAgent = "agent"
+	// roleFront runs in the router's pod in a cluster (kube export), where
+	// the agent can connect to the router's port 443 around its own
+	// forwarder: the front takes that port on the pod's addresses and
+	// screens each ClientHello again before nginx's TLS socket sees it.
+	roleFront = "front"
+)
+
 // forwardsFromEnv reads FORWARDS, or FORWARDS_FILE, which is then followed
-// for changes.
+// for changes; a front takes FORWARDS alone, of the one shape it may have.
 func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, error) {
+	switch role := getenv("FORWARDER_ROLE"); role {
+	case "", roleAgent:
+	case roleFront:
+		if getenv("FORWARDS_FILE") != "" {
+			return nil, nil, errors.New("FORWARDER_ROLE=front takes FORWARDS, not FORWARDS_FILE: a front's pairs never change")
+		}
+		fs, err := parseFrontForwards(getenv("FORWARDS"))
+		return fs, nil, err
+	default:
+		return nil, nil, fmt.Errorf("FORWARDER_ROLE=%q is not a role: use %s (the default) or %s", role, roleAgent, roleFront)
+	}
 	path := getenv("FORWARDS_FILE")
 	if path == "" {
 		fs, err := parseForwards(getenv("FORWARDS"))
@@ -165,6 +188,59 @@ func parseForward(pair string) (forward, error) {
 		return forward{}, err
 	}
 	return forward{listen: l, target: t, tls: tls}, nil
+}
+
+// frontShape is the one pair shape a front takes.
+const frontShape = "0.0.0.0:PORT=unix:/PATH/tls"
+
+// parseFrontForwards reads a front's FORWARDS: each pair listens on every
+// IPv4 address of the router's pod and relays TLS, screened, to a unix
+// socket (nginx's TLS server). A TCP target would make the front a way to
+// any address the router's pod reaches; a pair without /tls, a way around
+// the screening.
+func parseFrontForwards(s string) ([]forward, error) {
+	var out []forward
+	seen := map[netip.AddrPort]bool{}
+	for _, pair := range strings.Fields(s) {
+		f, err := parseFront(pair)
+		if err != nil {
+			return nil, fmt.Errorf("bad FORWARDS pair %q for FORWARDER_ROLE=front: %w", pair, err)
+		}
+		if seen[f.listen] {
+			return nil, fmt.Errorf("bad FORWARDS pair %q for FORWARDER_ROLE=front: duplicate listen address %s", pair, f.listen)
+		}
+		seen[f.listen] = true
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("FORWARDER_ROLE=front needs FORWARDS: " + frontShape)
+	}
+	return out, nil
+}
+
+func parseFront(pair string) (forward, error) {
+	listen, target, ok := strings.Cut(pair, "=")
+	if !ok {
+		return forward{}, errors.New("missing '=' (want " + frontShape + ")")
+	}
+	l, err := parseAddrPort("listen", listen)
+	if err != nil {
+		return forward{}, err
+	}
+	if l.Addr() != netip.IPv4Unspecified() {
+		return forward{}, fmt.Errorf("a front listens on 0.0.0.0 (the router pod's addresses), not %s", l.Addr())
+	}
+	path, tls := strings.CutSuffix(target, tlsOption)
+	if !tls {
+		return forward{}, errors.New("a front relays TLS alone, screened: end the target with " + tlsOption)
+	}
+	path, ok = strings.CutPrefix(path, "unix:")
+	if !ok || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return forward{}, fmt.Errorf("a front relays to nginx's unix socket alone: want unix:/ABSOLUTE/PATH%s, not %s", tlsOption, target)
+	}
+	// hack/mutation-check's front-screen-off: the front passes every
+	// ClientHello on unread.
+	return forward{listen: l, socket: path, tls: !mutated("front-screen-off")}, nil
 }
 
 // parsePublished reads a published port's pair: it listens on the pod's
@@ -311,7 +387,13 @@ func listenAll(forwards []forward) ([]listener, error) {
 
 func listen(f forward) (*net.TCPListener, error) {
 	lc := net.ListenConfig{KeepAlive: -1} // as for the dial in relay
-	ln, err := lc.Listen(context.Background(), "tcp", f.listen.String())
+	// tcp4 for an IPv4 address: "tcp" would make a front's 0.0.0.0 a
+	// dual-stack socket that takes IPv6 too.
+	network := "tcp"
+	if f.listen.Addr().Is4() {
+		network = "tcp4"
+	}
+	ln, err := lc.Listen(context.Background(), network, f.listen.String())
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on %s: %w (is another process using it, or is NET_BIND_SERVICE missing?)", f.listen, err)
 	}

@@ -41,6 +41,24 @@ const (
 	LevelPrivileged = "privileged"
 )
 
+// The runtimes an export is for.
+const (
+	// RuntimeKubernetes is a cluster's: every property TestExportHolds
+	// checks.
+	RuntimeKubernetes = "kubernetes"
+	// RuntimePodman is `podman kube play` on one machine (4.3 and later),
+	// which differs from a cluster where the export relies on it: it does
+	// not apply a pod's sysctls, so uid 1000 cannot bind the router's and
+	// the forwarder's low ports (they run as root of the rootless user
+	// namespace, as in a local session); it runs an init container with
+	// restartPolicy Always to its end, so the agent's forwarder is a
+	// container beside the agent, which clones the project itself once the
+	// forwarder answers; it refuses fieldRef (READY_ADDR is the Service's
+	// address, which the pod gets with --ip); and it mounts a Secret as its
+	// base64 text, so it takes no credentials.
+	RuntimePodman = "podman"
+)
+
 // uid and gid of the agent (as in a local session: the image's user) and
 // of the router's processes.
 const sandboxUID = 1000
@@ -93,7 +111,16 @@ type Sandbox struct {
 	Nested bool
 	// HomeSize is the home claim's request.
 	HomeSize string
+	// Runtime is RuntimeKubernetes ("" too) or RuntimePodman.
+	Runtime string
+	// RouterEnv is routerd's environment beyond what the export sets, as
+	// a session gives it: a pinned upstream resolver and the ranges its
+	// answers may fall in (UPSTREAM_DNS, UPSTREAM_ALLOW), the host's own
+	// addresses (HOST_ADDRS).
+	RouterEnv map[string]string
 }
+
+func (s Sandbox) podman() bool { return s.Runtime == RuntimePodman }
 
 // Level is the Pod Security level the namespace must enforce at most for
 // s's pods to be admitted.
@@ -154,6 +181,21 @@ func Manifests(s Sandbox) ([]Object, error) {
 	}
 	if s.HomeSize == "" {
 		s.HomeSize = "10Gi"
+	}
+	switch s.Runtime {
+	case "", RuntimeKubernetes, RuntimePodman:
+	default:
+		return nil, fmt.Errorf("unknown runtime %q: want %s or %s", s.Runtime, RuntimeKubernetes, RuntimePodman)
+	}
+	if s.podman() && len(s.Credentials) > 0 {
+		return nil, errors.New("podman kube play mounts a Secret as its base64 text, so the router would send that in place of your credentials: export for podman without credentials (unset them), or for a cluster")
+	}
+	for k := range s.RouterEnv {
+		switch k {
+		case "UPSTREAM_DNS", "UPSTREAM_ALLOW", "HOST_ADDRS":
+		default:
+			return nil, fmt.Errorf("router variable %s is not one the export passes on", k)
+		}
 	}
 	objs := []Object{s.routerConfig(), s.agentConfig()}
 	if len(s.Credentials) > 0 {
@@ -306,6 +348,17 @@ func restricted() *SecurityContext {
 	return &SecurityContext{AllowPrivilegeEscalation: ptr(false), Capabilities: &Capabilities{Drop: []string{"ALL"}}}
 }
 
+// asRoot is the security context of a podman container that binds low
+// ports: root of the rootless user namespace, with caps (nil: podman's
+// default set) and no escalation.
+func asRoot(caps []string) *SecurityContext {
+	sc := &SecurityContext{RunAsUser: ptr(int64(0)), RunAsNonRoot: ptr(false), AllowPrivilegeEscalation: ptr(false)}
+	if caps != nil {
+		sc.Capabilities = &Capabilities{Drop: []string{"ALL"}, Add: caps}
+	}
+	return sc
+}
+
 func env(m map[string]string) []EnvVar {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -344,34 +397,76 @@ func (s Sandbox) routerPod() Pod {
 		mounts = append(mounts, VolumeMount{Name: "credentials", MountPath: routerCredentialDir, ReadOnly: true})
 		vols = append(vols, Volume{Name: "credentials", Secret: &SecretVolume{SecretName: s.Name + "-credentials", DefaultMode: ptr(int32(0o400))}})
 	}
+	readyAddr := EnvVar{Name: "READY_ADDR", ValueFrom: &EnvVarSource{FieldRef: &FieldSelector{FieldPath: "status.podIP"}}}
+	routerSecurity, frontSecurity := restricted(), restricted()
+	if s.podman() {
+		// The pod is played with --ip at the Service's address.
+		readyAddr = EnvVar{Name: "READY_ADDR", Value: s.ServiceIP.String()}
+		// dnsmasq starts as root and drops to nobody, as in a local
+		// session's router: the default capabilities, no escalation.
+		routerSecurity, frontSecurity = asRoot(nil), asRoot([]string{"NET_BIND_SERVICE"})
+	}
 	router := Container{
 		Name: "router", Image: s.RouterImage,
-		Env: []EnvVar{
-			{Name: "READY_ADDR", ValueFrom: &EnvVarSource{FieldRef: &FieldSelector{FieldPath: "status.podIP"}}},
+		Env: append([]EnvVar{
+			readyAddr,
 			{Name: "TLS_SOCKET", Value: routerconf.TLSSocket},
 			{Name: "INSPECT_SOCKET", Value: routerconf.InspectSocket},
 			{Name: "CA_DIR", Value: routerCADir},
 			{Name: "CA_LISTEN", Value: "0.0.0.0:" + strconv.Itoa(CAPort)},
-		},
-		VolumeMounts: mounts, SecurityContext: restricted(),
+		}, env(s.RouterEnv)...),
+		VolumeMounts: mounts, SecurityContext: routerSecurity,
 	}
 	front := Container{
 		Name: "front", Image: s.RouterImage, Command: []string{forwarderBinary},
 		Env:             []EnvVar{{Name: "FORWARDER_ROLE", Value: "front"}, {Name: "FORWARDS", Value: routerconf.FrontForwards}},
 		VolumeMounts:    []VolumeMount{{Name: "tls", MountPath: routerconf.TLSSocketDir, ReadOnly: true}},
-		SecurityContext: restricted(),
+		SecurityContext: frontSecurity,
 	}
 	front.SecurityContext.ReadOnlyRootFilesystem = ptr(true)
-	return Pod{typeMeta: v1("Pod"), Metadata: s.metaFor("-router", "router"), Spec: PodSpec{
+	p := Pod{typeMeta: v1("Pod"), Metadata: s.metaFor("-router", "router"), Spec: PodSpec{
 		AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
 		RestartPolicy: "Always", SecurityContext: podSecurity(),
 		Containers: []Container{router, front}, Volumes: vols,
 	}}
+	if s.podman() {
+		s.ownVolumes(&p)
+	}
+	return p
+}
+
+// ownVolumes gives every volume of p a name of the sandbox's own. podman
+// kube play (4.3) makes an emptyDir a named volume of the volume's name,
+// shared by every pod that names one the same: another sandbox's router
+// would share this one's TLS socket and CA directory, and its agent this
+// one's workspace.
+func (s Sandbox) ownVolumes(p *Pod) {
+	for i := range p.Spec.Volumes {
+		p.Spec.Volumes[i].Name = s.Name + "-" + p.Spec.Volumes[i].Name
+	}
+	for _, cs := range [][]Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for j := range cs[i].VolumeMounts {
+				cs[i].VolumeMounts[j].Name = s.Name + "-" + cs[i].VolumeMounts[j].Name
+			}
+		}
+	}
 }
 
 // gitCAVar points the clone's git at the session's bundle (the agent's
 // own CA variables are the caller's, in Env).
 const gitCAVar = "GIT_SSL_CAINFO"
+
+// cloneThenRun is the podman agent's start: clone the project unless a
+// restart finds it there, retrying while the forwarder beside it is not
+// yet up (git removes a failed clone), then run the agent's command.
+const cloneThenRun = `if ! test -e "$PROJECT/.git"; then
+  n=0
+  until git clone -q -- "$CLONE_URL" "$PROJECT"; do
+    n=$((n+1)); [ "$n" -lt 30 ] || exit 1; sleep 1
+  done
+fi
+cd "$PROJECT" && exec "$@"`
 
 // agentPod runs the agent with its forwarder beside it (a sidecar that
 // starts first and runs as long as the pod), after two steps: fetch the
@@ -439,13 +534,46 @@ func (s Sandbox) agentPod() Pod {
 		// newuidmap is setuid: nested podman's user namespace needs it.
 		agent.SecurityContext = &SecurityContext{AllowPrivilegeEscalation: ptr(true), Capabilities: &Capabilities{Drop: []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}}}
 	}
-	return Pod{typeMeta: v1("Pod"), Metadata: s.metaFor("-agent", "agent"), Spec: PodSpec{
+	inits, containers := []Container{forwarder, trust, clone}, []Container{agent}
+	if s.podman() {
+		// podman runs every init container to its end: the forwarder is a
+		// container, and the agent clones the project itself once the
+		// forwarder answers, then becomes its command.
+		forwarder.RestartPolicy = ""
+		forwarder.SecurityContext = asRoot([]string{"NET_BIND_SERVICE"})
+		forwarder.SecurityContext.ReadOnlyRootFilesystem = ptr(true)
+		// podman mounts a volume's whole directory where a subPath names
+		// a file in it: the agent trusts the bundle where the trust step
+		// put it, through the variables that name the system's.
+		for i, m := range agent.VolumeMounts {
+			if m.SubPath != "" {
+				agent.VolumeMounts[i] = VolumeMount{Name: m.Name, MountPath: trustDir, ReadOnly: true}
+			}
+		}
+		agentEnv := map[string]string{}
+		for k, v := range s.Env {
+			if v == systemBundle {
+				v = bundle
+			}
+			agentEnv[k] = v
+		}
+		agentEnv["CLONE_URL"], agentEnv["PROJECT"] = s.CloneURL, project
+		agent.Env = env(agentEnv)
+		agent.Command = append([]string{"sh", "-c", cloneThenRun, "agent-sandbox-clone"}, s.Command...)
+		agent.WorkingDir = workspaceDir
+		inits, containers = []Container{trust}, []Container{forwarder, agent}
+	}
+	p := Pod{typeMeta: v1("Pod"), Metadata: s.metaFor("-agent", "agent"), Spec: PodSpec{
 		AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
 		Hostname: "agent-sandbox", DNSPolicy: "None",
 		// The router answers allowlisted names with the pod's loopback
 		// forwarder, every other name with NXDOMAIN.
 		DNSConfig:     &PodDNSConfig{Nameservers: []string{s.ServiceIP.String()}, Searches: []string{}, Options: []PodDNSOption{{Name: "ndots", Value: "1"}}},
 		RestartPolicy: "Never", SecurityContext: podSecurity(),
-		InitContainers: []Container{forwarder, trust, clone}, Containers: []Container{agent}, Volumes: vols,
+		InitContainers: inits, Containers: containers, Volumes: vols,
 	}}
+	if s.podman() {
+		s.ownVolumes(&p)
+	}
+	return p
 }

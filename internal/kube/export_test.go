@@ -70,6 +70,14 @@ func fixtures(t *testing.T) map[string]Sandbox {
 	ports := sandbox(t, plan(t, "git.example\ngit.example:22\ndb.example:5432\n"))
 	ports.Command = []string{"bash"}
 	out["ports"] = ports
+
+	// podman kube play's variant, with the router's environment a test
+	// session pins.
+	pm := sandbox(t, plan(t, "git.example\ngit.example:22\n"))
+	pm.Runtime = RuntimePodman
+	pm.ServiceIP = netip.MustParseAddr("10.89.250.53")
+	pm.RouterEnv = map[string]string{"UPSTREAM_DNS": "10.89.0.10", "UPSTREAM_ALLOW": "10.89.0.0/24", "HOST_ADDRS": "192.0.2.7"}
+	out["podman"] = pm
 	return out
 }
 
@@ -191,6 +199,10 @@ func TestExportHolds(t *testing.T) {
 					t.Errorf("pod %s is not non-root with the runtime's seccomp profile: %+v", p.Metadata.Name, sc)
 				}
 				for _, c := range allContainers(p) {
+					if s.Runtime == RuntimePodman && (c.Name == "router" || c.Name == "front" || c.Name == "forwarder") {
+						checkPodmanRoot(t, p, c)
+						continue
+					}
 					if c.SecurityContext == nil || c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation ||
 						c.SecurityContext.Capabilities == nil || !slices.Equal(c.SecurityContext.Capabilities.Drop, []string{"ALL"}) || len(c.SecurityContext.Capabilities.Add) > 0 {
 						t.Errorf("container %s of %s is not restricted: %+v", c.Name, p.Metadata.Name, c.SecurityContext)
@@ -239,6 +251,120 @@ func TestExportHolds(t *testing.T) {
 			}
 			checkPolicies(t, s, objs)
 		})
+	}
+}
+
+// checkPodmanRoot: the containers that bind low ports under podman run as
+// root of the user namespace, unescalated; the forwarders with
+// NET_BIND_SERVICE alone, the router with podman's default set.
+func checkPodmanRoot(t *testing.T, p *Pod, c Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("container %s of %s: %+v, want root of the user namespace without escalation", c.Name, p.Metadata.Name, sc)
+		return
+	}
+	switch {
+	case c.Name == "router" && sc.Capabilities != nil:
+		t.Errorf("the router under podman has capabilities %+v, want podman's default set as a local session's", sc.Capabilities)
+	case c.Name != "router" && (sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) || !slices.Equal(sc.Capabilities.Add, []string{"NET_BIND_SERVICE"})):
+		t.Errorf("container %s of %s has capabilities %+v, want NET_BIND_SERVICE alone", c.Name, p.Metadata.Name, sc.Capabilities)
+	case c.Name != "router" && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem):
+		t.Errorf("container %s of %s has a writable root", c.Name, p.Metadata.Name)
+	}
+}
+
+// The podman variant differs where podman kube play differs, and nowhere
+// else: the forwarder beside the agent, which clones before it runs; the
+// router's address given, not looked up; no credentials.
+func TestPodmanVariant(t *testing.T) {
+	s := fixtures(t)["podman"]
+	objs := documents(t, render(t, s))
+	ps := pods(objs)
+	agent, router := ps["agent"], ps["router"]
+	var inits, cs []string
+	for _, c := range agent.Spec.InitContainers {
+		inits = append(inits, c.Name)
+	}
+	for _, c := range agent.Spec.Containers {
+		cs = append(cs, c.Name)
+		if c.RestartPolicy != "" {
+			t.Errorf("container %s has restartPolicy %s", c.Name, c.RestartPolicy)
+		}
+	}
+	if !slices.Equal(inits, []string{"trust"}) || !slices.Equal(cs, []string{"forwarder", "agent"}) {
+		t.Errorf("agent pod: init %v, containers %v; want [trust] and [forwarder agent]", inits, cs)
+	}
+	a := agent.Spec.Containers[1]
+	if len(a.Command) < 4 || a.Command[2] != cloneThenRun || !slices.Equal(a.Command[4:], s.Command) {
+		t.Errorf("the agent's command %q does not clone and then run %q", a.Command, s.Command)
+	}
+	envOf := func(c Container) map[string]string {
+		m := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				t.Errorf("container %s takes %s from %+v: podman refuses fieldRef", c.Name, e.Name, e.ValueFrom)
+			}
+			m[e.Name] = e.Value
+		}
+		return m
+	}
+	if e := envOf(a); e["CLONE_URL"] != s.CloneURL || e["PROJECT"] != "/workspace/proj" {
+		t.Errorf("the agent's clone variables: %v", e)
+	}
+	re := envOf(router.Spec.Containers[0])
+	if re["READY_ADDR"] != s.ServiceIP.String() {
+		t.Errorf("READY_ADDR %q, want the address the pod is played at, %s", re["READY_ADDR"], s.ServiceIP)
+	}
+	for k, v := range s.RouterEnv {
+		if re[k] != v {
+			t.Errorf("router %s = %q, want %q", k, re[k], v)
+		}
+	}
+	// A cluster's export takes the router's address from the pod.
+	k8s := fixtures(t)["default"]
+	kr := pods(documents(t, render(t, k8s)))["router"].Spec.Containers[0]
+	if kr.Env[0].Name != "READY_ADDR" || kr.Env[0].ValueFrom == nil {
+		t.Errorf("the cluster's router: %+v", kr.Env[0])
+	}
+
+	// Each volume is the sandbox's own (podman shares an emptyDir by its
+	// name), no pod shares one with the other, and nothing is mounted by
+	// subPath (podman mounts the whole volume there).
+	seen := map[string]string{}
+	for role, p := range ps {
+		for _, v := range p.Spec.Volumes {
+			if !strings.HasPrefix(v.Name, s.Name+"-") {
+				t.Errorf("the %s pod's volume %s is not named for the sandbox", role, v.Name)
+			}
+			if other, ok := seen[v.Name]; ok {
+				t.Errorf("volume %s is in the %s pod and the %s pod", v.Name, other, role)
+			}
+			seen[v.Name] = role
+		}
+		for _, c := range allContainers(p) {
+			for _, m := range c.VolumeMounts {
+				if m.SubPath != "" {
+					t.Errorf("%s mounts %s by subPath", c.Name, m.MountPath)
+				}
+			}
+		}
+	}
+	if e := envOf(a); e["SSL_CERT_FILE"] != "/run/agent-sandbox-trust/ca-certificates.crt" {
+		t.Errorf("the agent's SSL_CERT_FILE %q is not the bundle the trust step fetched", e["SSL_CERT_FILE"])
+	}
+
+	s.Credentials = map[string]string{"anthropic.conf": "x"}
+	if _, err := Manifests(s); err == nil || !strings.Contains(err.Error(), "base64") {
+		t.Errorf("podman with credentials: %v", err)
+	}
+	s.Credentials, s.Runtime = nil, "docker"
+	if _, err := Manifests(s); err == nil {
+		t.Error("an unknown runtime was accepted")
+	}
+	s.Runtime, s.RouterEnv = RuntimePodman, map[string]string{"INSPECT_SOCKET": "/x"}
+	if _, err := Manifests(s); err == nil {
+		t.Error("a router variable the export sets itself was accepted from RouterEnv")
 	}
 }
 

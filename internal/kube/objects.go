@@ -174,9 +174,11 @@ type VolumeMount struct {
 }
 
 type SecurityContext struct {
+	RunAsNonRoot             *bool           `json:"runAsNonRoot,omitempty"`
+	RunAsUser                *int64          `json:"runAsUser,omitempty"`
 	AllowPrivilegeEscalation *bool           `json:"allowPrivilegeEscalation"`
 	Privileged               *bool           `json:"privileged,omitempty"`
-	Capabilities             *Capabilities   `json:"capabilities"`
+	Capabilities             *Capabilities   `json:"capabilities,omitempty"`
 	ReadOnlyRootFilesystem   *bool           `json:"readOnlyRootFilesystem,omitempty"`
 	SeccompProfile           *SeccompProfile `json:"seccompProfile,omitempty"`
 }

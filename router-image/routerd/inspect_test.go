@@ -74,7 +74,8 @@ func TestRunWritesTheSessionCABeforeReady(t *testing.T) {
 	}
 	replaceFile(t, filepath.Join(confDir, inspect.ConfigFile), `{"hosts":["allowed.test"],"trusted_ca":"`+trustedFile+`","resolver":"127.0.0.1:9"}`)
 
-	env := map[string]string{"UPSTREAM_DNS": up.addr.String(), "READY_ADDR": "127.0.0.1", "INSPECT_SOCKET": sock, "CA_DIR": caDir}
+	caPort := freePort(t)
+	env := map[string]string{"UPSTREAM_DNS": up.addr.String(), "READY_ADDR": "127.0.0.1", "INSPECT_SOCKET": sock, "CA_DIR": caDir, "CA_LISTEN": caPort}
 	cfg, err := configFromEnv(func(k string) string { return env[k] }, "testdata/missing", confDir)
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +120,13 @@ func TestRunWritesTheSessionCABeforeReady(t *testing.T) {
 	if !bytes.Equal(bundle, append(append([]byte{}, trusted.CertPEM...), caPEM...)) {
 		t.Error("bundle.pem is not the trusted bundle followed by the session CA")
 	}
+	// The CA port serves the same two files, and nothing else.
+	for path, want := range map[string][]byte{"/bundle.pem": bundle, "/ca.pem": caPEM} {
+		if got := httpGet(t, "http://"+caPort+path, 200); !bytes.Equal(got, want) {
+			t.Errorf("GET %s over the CA port is not the file routerd wrote", path)
+		}
+	}
+	httpGet(t, "http://"+caPort+"/ca.key", 404)
 	entries, _ := os.ReadDir(caDir)
 	for _, de := range entries {
 		b, _ := os.ReadFile(filepath.Join(caDir, de.Name()))

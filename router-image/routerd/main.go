@@ -61,6 +61,10 @@ type config struct {
 	// session CA goes for the launcher (CA_DIR), inspectFile the
 	// proxy's config (inspect.go).
 	inspectSocket, caDir, inspectFile string
+	// caListen, when set, serves the CA's certificate and bundle from
+	// caDir over HTTP (CA_LISTEN, caport.go): a cluster's agent pod
+	// fetches them there.
+	caListen netip.AddrPort
 	// ready, when set, replaces the listeners announceReady waits for
 	// (tests name their own).
 	ready []readyTarget
@@ -132,6 +136,13 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 	if inspectSocket != "" && caDir == "" {
 		return config{}, fmt.Errorf("INSPECT_SOCKET is set but CA_DIR is not: the agent could not trust the session CA (the launcher sets both)")
 	}
+	caListen, err := parseCAListen(getenv("CA_LISTEN"))
+	if err != nil {
+		return config{}, err
+	}
+	if caListen.IsValid() && (caDir == "" || inspectSocket == "") {
+		return config{}, fmt.Errorf("CA_LISTEN is set but INSPECT_SOCKET or CA_DIR is not: there is no session CA to serve (set all three)")
+	}
 	v := strings.TrimSpace(getenv("READY_ADDR"))
 	ready, err := netip.ParseAddr(v)
 	if err != nil {
@@ -152,6 +163,7 @@ func configFromEnv(getenv func(string) string, resolvConf, configDir string) (co
 		inspectSocket: inspectSocket,
 		caDir:         caDir,
 		inspectFile:   filepath.Join(configDir, inspect.ConfigFile),
+		caListen:      caListen,
 	}, nil
 }
 
@@ -235,7 +247,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	defer served.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopped := make(chan error, len(servers)+1)
+	stopped := make(chan error, len(servers)+2)
 	for name, s := range servers {
 		served.Go(func() {
 			if err := s.serve(ctx); err != nil {
@@ -263,6 +275,19 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		served.Go(func() {
 			if err := px.Serve(ctx); err != nil {
 				stopped <- fmt.Errorf("inspect proxy stopped: %w", err)
+			}
+		})
+	}
+	if cfg.caListen.IsValid() && px != nil {
+		// After startInspect: the files it serves are written.
+		ca, err := listenCA(cfg.caListen, cfg.caDir, logger)
+		if err != nil {
+			logger.Printf("%v", err)
+			return 1
+		}
+		served.Go(func() {
+			if err := ca.serve(ctx); err != nil {
+				stopped <- fmt.Errorf("ca port stopped: %w", err)
 			}
 		})
 	}
@@ -305,6 +330,9 @@ func (cfg config) readyTargets() []readyTarget {
 	}
 	if cfg.tlsSocket != "" {
 		targets[1] = readyTarget{"unix", cfg.tlsSocket}
+	}
+	if cfg.caListen.IsValid() {
+		targets = append(targets, readyTarget{"tcp", caReadyAddr(cfg.caListen)})
 	}
 	return targets
 }
