@@ -74,6 +74,8 @@ const (
 	homeDir             = "/home/claude"
 	systemBundle        = "/etc/ssl/certs/ca-certificates.crt"
 	forwarderBinary     = "/usr/local/bin/forwarder"
+	// routerdRunDir is routerd's own (router-image/routerd defaultRunDir).
+	routerdRunDir = "/run/routerd"
 )
 
 // Sandbox is everything one export says. The caller decides it (from the
@@ -385,6 +387,9 @@ func (s Sandbox) routerPod() Pod {
 		// router's own, as in a local session.
 		{Name: "tmp", MountPath: routerconf.APIRelayDir},
 		{Name: "nginx", MountPath: "/var/lib/nginx"},
+		// routerd's copies of dnsmasq's config: root's /run is not
+		// uid 1000's to write.
+		{Name: "run", MountPath: routerdRunDir},
 	}
 	vols := []Volume{
 		{Name: "config", ConfigMap: &ConfigMapVolume{Name: s.Name + "-router"}},
@@ -392,6 +397,7 @@ func (s Sandbox) routerPod() Pod {
 		{Name: "ca", EmptyDir: &EmptyDirVolume{Medium: "Memory"}},
 		{Name: "tmp", EmptyDir: &EmptyDirVolume{}},
 		{Name: "nginx", EmptyDir: &EmptyDirVolume{}},
+		{Name: "run", EmptyDir: &EmptyDirVolume{Medium: "Memory"}},
 	}
 	if len(s.Credentials) > 0 {
 		mounts = append(mounts, VolumeMount{Name: "credentials", MountPath: routerCredentialDir, ReadOnly: true})
