@@ -162,10 +162,7 @@ func (cfg *sessionConfig) pickAgent(set settings, la launchArgs) error {
 		return fmt.Errorf("%s %s runs its own image, built on agent-sandbox's, but AGENT_SANDBOX_IMAGE names %s: unset one of them", from, a.name, set.image)
 	}
 	cfg.image = a.imageName()
-	api, err := apiHosts(set.apiHosts)
-	if err != nil {
-		return err
-	}
+	api := set.parsed.apiHosts
 	if cfg.agentHosts, err = a.hosts(api, hasKey(set, la.env, a.provider, api)); err != nil {
 		return err
 	}

@@ -510,10 +510,7 @@ func credentialsFor(set settings, passed map[string]string, runtimeDir, session 
 // is created; the warnings are for --env names that hand the agent a key.
 func sessionCredentialsFor(set settings, passed map[string]string) (sessionCredentials, []string, error) {
 	var s sessionCredentials
-	hosts, err := apiHosts(set.apiHosts)
-	if err != nil {
-		return s, nil, err
-	}
+	hosts := set.parsed.apiHosts
 	creds, warnings, err := resolveCredentials(set.lookup, passed, set.secretsDir(), hosts)
 	if err != nil {
 		return s, warnings, err
@@ -527,14 +524,10 @@ func sessionCredentialsFor(set settings, passed map[string]string) (sessionCrede
 			s.creds[i].also = githubHostsOf(hosts)[1:]
 		}
 	}
-	if s.apiAllow, err = parseAPIAllow(set.apiAllow); err != nil {
-		return s, warnings, err
-	}
+	s.apiAllow = set.parsed.apiAllow
 	// Every session: the inspecting proxy verifies every inspected host
 	// with it, not only the API hosts.
-	if s.upstreamCA, err = readUpstreamCA(set.upstreamCA); err != nil {
-		return s, warnings, err
-	}
+	s.upstreamCA = set.parsed.upstreamCA
 	return s, warnings, nil
 }
 

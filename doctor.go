@@ -206,7 +206,7 @@ func doctor(ctx context.Context, env doctorEnv, out, errOut io.Writer) int {
 			}
 		}
 	}
-	show(checkAllowlist(env))
+	show(checkSettings(env), checkAllowlist(env))
 	if env.credentials != nil {
 		show(checkCredentials(env))
 	}
@@ -435,6 +435,16 @@ func checkImage(ctx context.Context, env doctorEnv, podman string, im sessionIma
 
 // checkAllowlist parses the allowlist the way a session would. A missing
 // one is fine: the first session creates it from the defaults.
+// checkSettings reports the variables newSettings could not read, which
+// every session refuses to start with.
+func checkSettings(env doctorEnv) checkResult {
+	const what = "settings"
+	if err := env.set.valid(); err != nil {
+		return checkFailed(what, strings.ReplaceAll(err.Error(), "\n", "; "), "correct or unset the AGENT_SANDBOX_ variables named above")
+	}
+	return checkPassed(what, "the AGENT_SANDBOX_ variables that are set read well")
+}
+
 func checkAllowlist(env doctorEnv) checkResult {
 	const what = "allowlist"
 	path := env.set.allowlist

@@ -131,6 +131,7 @@ ok   /dev/net/tun: read-writable
 ok   XDG_RUNTIME_DIR: /run/user/1000
 ok   image localhost/agent-sandbox:dev: present
 ok   image localhost/agent-sandbox-router:dev: present
+ok   settings: the AGENT_SANDBOX_ variables that are set read well
 ok   allowlist: 2 entries in /home/me/allowlist
 `
 	if code != 0 || out != want {
@@ -191,6 +192,15 @@ func TestDoctorReportsEachFailureWithItsFix(t *testing.T) {
 			breakIt: func(m *fakeMachine) { m.failures[podmanInfo] = errors.New("exit status 125: database is locked") },
 			fail:    "FAIL network backend: podman info failed: exit status 125: database is locked",
 			fix:     "fix: run `podman info` and fix what it reports",
+		},
+		{
+			name: "a setting that does not read",
+			breakIt: func(m *fakeMachine) {
+				m.env["AGENT_SANDBOX_UPSTREAM_DNS"] = "dns.example"
+				m.env["AGENT_SANDBOX_SCAN_DIRS"] = "lots"
+			},
+			fail: `FAIL settings: AGENT_SANDBOX_UPSTREAM_DNS: "dns.example" is not an IP address`,
+			fix:  "fix: correct or unset the AGENT_SANDBOX_ variables named above",
 		},
 		{
 			name:    "no subuid range",

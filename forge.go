@@ -89,9 +89,8 @@ func forgeSetupFor(set settings, hosts map[*apiProvider]string, creds []credenti
 			f.token, f.source = true, c.source
 		}
 	}
-	var err error
-	f.publish, err = parsePublish(set.publish)
-	return f, err
+	f.publish = set.parsed.publish
+	return f, nil
 }
 
 // parsePublish reads AGENT_SANDBOX_PUBLISH: the registry hosts the agent

@@ -118,10 +118,10 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 	default:
 		return s, refusef("--runtime %s: want %s or %s", a.runtime, kube.RuntimeKubernetes, kube.RuntimePodman)
 	}
-	var err error
-	if s.RouterEnv, err = kubeRouterEnv(set, a.runtime); err != nil {
+	if err := set.valid(); err != nil {
 		return s, err
 	}
+	s.RouterEnv = kubeRouterEnv(set, a.runtime)
 	s.Name = a.name
 	if s.Name == "" {
 		s.Name = kubeName(dir)
@@ -151,6 +151,7 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 		la.cmd = []string{"claude"}
 	}
 	cfg := sessionConfig{env: la.env}
+	var err error
 	if cfg.entries, err = loadAllowlist(set.allowlist, errOut); err != nil {
 		return s, err
 	}
@@ -199,11 +200,8 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 // kubeRouterEnv is what a session would add to routerd's environment: a
 // pinned upstream resolver and its answers' ranges when set, and under
 // podman the addresses of this machine, which routerd refuses to relay to.
-func kubeRouterEnv(set settings, runtime string) (map[string]string, error) {
-	dns, allow, err := set.upstream()
-	if err != nil {
-		return nil, err
-	}
+func kubeRouterEnv(set settings, runtime string) map[string]string {
+	dns, allow := set.parsed.upstreamDNS, set.parsed.upstreamAllow
 	env := map[string]string{}
 	if dns != "" {
 		env["UPSTREAM_DNS"] = dns
@@ -214,7 +212,7 @@ func kubeRouterEnv(set settings, runtime string) (map[string]string, error) {
 	if runtime == kube.RuntimePodman {
 		env["HOST_ADDRS"] = hostAddrs()
 	}
-	return env, nil
+	return env
 }
 
 // kubeName is a sandbox's default name: the project's home volume's,
@@ -241,10 +239,7 @@ func kubeName(dir string) string {
 // kubeTree is the project's scan, as a session's start reads it: where
 // its remotes are.
 func kubeTree(set settings, dir string) (projectdir.Tree, error) {
-	bound, err := startScanBoundFor(set)
-	if err != nil {
-		return projectdir.Tree{}, err
-	}
+	bound := set.parsed.scanBound
 	root, err := projectdir.OpenRoot(dir)
 	if err != nil {
 		return projectdir.Tree{}, fmt.Errorf("cannot read %s: %w", dir, err)

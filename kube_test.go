@@ -107,6 +107,7 @@ func TestKubeExportRefusals(t *testing.T) {
 func TestKubeExportForPodman(t *testing.T) {
 	set, dir := kubeProject(t, "https://git.example/team/proj.git", "sk-ant-api03-kubeexporttestkey000000")
 	set.upstreamDNS, set.upstreamAllow = "10.89.0.10", "10.89.0.0/24"
+	set.parsed, set.invalid = parseSettings(set)
 	s, err := kubeSandbox(set, kubeExportArgs{runtime: kube.RuntimePodman}, dir, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)

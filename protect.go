@@ -29,16 +29,16 @@ var (
 	exitScanBound  = projectdir.Bound{Dirs: 50_000, Time: 2 * time.Second}
 )
 
-// startScanBoundFor is the start's bound, raised by AGENT_SANDBOX_SCAN_DIRS
+// scanBoundFor is the start's bound, raised by AGENT_SANDBOX_SCAN_DIRS (v)
 // for a tree larger than the default (its time grows with it).
-func startScanBoundFor(set settings) (projectdir.Bound, error) {
+func scanBoundFor(v string) (projectdir.Bound, error) {
 	b := startScanBound
-	if set.scanDirs == "" {
+	if v == "" {
 		return b, nil
 	}
-	n, err := strconv.Atoi(set.scanDirs)
+	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return b, fmt.Errorf("AGENT_SANDBOX_SCAN_DIRS=%q: want a whole number of directories, such as 200000", set.scanDirs)
+		return b, fmt.Errorf("AGENT_SANDBOX_SCAN_DIRS=%q: want a whole number of directories, such as 200000", v)
 	}
 	if n > b.Dirs {
 		b.Time = time.Duration(n) * b.Time / time.Duration(b.Dirs)

@@ -147,7 +147,7 @@ func credentialTestPlan(customCA bool) credPlan {
 	}
 	hosts, _ := apiHosts("")
 	gh := []credential{{kind: credKindBySecret("github"), host: "github.com", source: "GH_TOKEN from your environment"}}
-	p.forge, _ = forgeSetupFor(settings{publish: "crates.io"}, hosts, gh, nil)
+	p.forge, _ = forgeSetupFor(settings{parsed: parsedSettings{publish: []string{"crates.io"}}}, hosts, gh, nil)
 	p.forge.repos = []string{"me/proj"}
 	return p
 }

@@ -200,10 +200,7 @@ func (e *earlyService) abandon() {
 // run while this one scans and mounts it, then scans it. The claim is
 // pushed first and so released last, once the agent is gone.
 func (s *session) openLaunchDir(runtimeDir string) error {
-	bound, err := startScanBoundFor(s.set)
-	if err != nil {
-		return err
-	}
+	bound := s.set.parsed.scanBound
 	release, err := claimLaunchDir(runtimeDir, s.claim())
 	if err != nil {
 		return err
@@ -698,6 +695,9 @@ func (s *session) endAgent(ctx context.Context) bool {
 // session. Nothing is created in podman before it succeeds.
 func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionConfig, error) {
 	cfg := sessionConfig{name: name, cmd: la.cmd, env: la.env, repos: la.repos, egress: set.egress, allowlist: set.allowlist}
+	if err := set.valid(); err != nil {
+		return cfg, err
+	}
 	if err := subordinateIDsMissing(os.ReadFile, os.Getuid()); err != nil {
 		return cfg, err
 	}
@@ -711,9 +711,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	for _, w := range allowlist.Lint(cfg.entries) {
 		iostreams.Say(out, "%s", w)
 	}
-	if cfg.upstreamDNS, cfg.upstreamAllow, err = set.upstream(); err != nil {
-		return cfg, err
-	}
+	cfg.upstreamDNS, cfg.upstreamAllow = set.parsed.upstreamDNS, set.parsed.upstreamAllow
 	cfg.homeVolume, cfg.homeLabels = homeVolumeFor(la.home, set.homeVolume, cfg.launchDir)
 	if err := checkPublished(la.publish, func(a string) (net.Listener, error) { return net.Listen("tcp", a) }); err != nil {
 		return cfg, err

@@ -12,6 +12,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 	"github.com/agent-sandbox/agent-sandbox/internal/keeper"
 	"github.com/agent-sandbox/agent-sandbox/internal/limits"
+	"github.com/agent-sandbox/agent-sandbox/internal/projectdir"
 )
 
 // settings is everything agent-sandbox takes from the user's environment,
@@ -48,6 +49,13 @@ type settings struct {
 	publish       string // AGENT_SANDBOX_PUBLISH: registry hosts the agent may publish to
 	scanDirs      string // AGENT_SANDBOX_SCAN_DIRS: how many directories the start's scan may read
 	agent         string // AGENT_SANDBOX_AGENT: the agent sessions run unless --agent says otherwise
+
+	// parsed are the variables above that have a grammar, read once by
+	// newSettings into what their users take; invalid says what was
+	// wrong with them, which every command that uses them reports first
+	// (valid), before it does anything.
+	parsed  parsedSettings
+	invalid error
 
 	// noStartGC keeps a session from cleaning up dead ones (the leak tests
 	// attribute each leak to the session that made it); trace times steps.
@@ -97,7 +105,55 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.machine = probeMachine
 	// The process's own, until the caller gives the command its streams.
 	s.streams = iostreams.System()
+	s.parsed, s.invalid = parseSettings(s)
 	return s
+}
+
+// parsedSettings are the settings with a grammar, as their users take
+// them.
+type parsedSettings struct {
+	upstreamDNS, upstreamAllow string // normalised, as routerd takes them
+	apiHosts                   map[*apiProvider]string
+	apiAllow                   []string // the API gate's rules turned off
+	publish                    []string // registry hosts the agent may publish to
+	upstreamCA                 []byte   // AGENT_SANDBOX_UPSTREAM_CA's certificates
+	scanBound                  projectdir.Bound
+}
+
+// parseSettings reads each variable with a grammar once; the error names
+// every bad one.
+func parseSettings(s settings) (parsedSettings, error) {
+	var p parsedSettings
+	var errs []error
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	p.upstreamDNS, p.upstreamAllow, err = s.upstream()
+	keep(err)
+	p.apiHosts, err = apiHosts(s.apiHosts)
+	keep(err)
+	p.apiAllow, err = parseAPIAllow(s.apiAllow)
+	keep(err)
+	p.publish, err = parsePublish(s.publish)
+	keep(err)
+	p.upstreamCA, err = readUpstreamCA(s.upstreamCA)
+	keep(err)
+	p.scanBound, err = scanBoundFor(s.scanDirs)
+	keep(err)
+	return p, errors.Join(errs...)
+}
+
+// valid is what was wrong with the settings that have a grammar: a
+// command that uses them calls it before it does anything.
+func (s settings) valid() error {
+	if s.invalid == nil {
+		return nil
+	}
+	// Bad input, as a refused launch dir is: exit code 2, not podman's.
+	return refusal{s.invalid}
 }
 
 // machine is the size of this machine and what it lets a rootless podman
@@ -131,20 +187,20 @@ func (s settings) requireRuntimeDir() (string, error) {
 // upstream checks AGENT_SANDBOX_UPSTREAM_DNS and _ALLOW and returns them
 // normalised, as routerd takes them.
 func (s settings) upstream() (dns, allow string, err error) {
-	dns, err = parseList("AGENT_SANDBOX_UPSTREAM_DNS", s.upstreamDNS, "an IP address", "10.0.0.53,10.0.0.54",
+	dns, dnsErr := parseList("AGENT_SANDBOX_UPSTREAM_DNS", s.upstreamDNS, "an IP address", "10.0.0.53,10.0.0.54",
 		func(f string) (string, error) {
 			a, err := netip.ParseAddr(f)
 			return a.String(), err
 		})
-	if err != nil {
-		return "", "", err
-	}
-	allow, err = parseList("AGENT_SANDBOX_UPSTREAM_ALLOW", s.upstreamAllow, "a CIDR", "10.20.0.0/16",
+	allow, allowErr := parseList("AGENT_SANDBOX_UPSTREAM_ALLOW", s.upstreamAllow, "a CIDR", "10.20.0.0/16",
 		func(f string) (string, error) {
 			p, err := netip.ParsePrefix(f)
 			return p.Masked().String(), err
 		})
-	return dns, allow, err
+	if err := errors.Join(dnsErr, allowErr); err != nil {
+		return "", "", err
+	}
+	return dns, allow, nil
 }
 
 // parseList normalises each item of a comma-separated list with parse and
