@@ -140,16 +140,20 @@ func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, erro
 
 // parseForwards reads FORWARDS: whitespace-separated
 // LISTEN_IP:PORT=TARGET_IP:PORT, each optionally followed by /tls.
-func parseForwards(s string) ([]forward, error) {
+func parseForwards(s string) ([]forward, error) { return parsePairs(s, parseForward, "") }
+
+// parsePairs reads whitespace-separated pairs with parse; each listen
+// address may appear once. role names the forwarder's role in errors.
+func parsePairs(s string, parse func(string) (forward, error), role string) ([]forward, error) {
 	var out []forward
 	seen := map[netip.AddrPort]bool{}
 	for _, pair := range strings.Fields(s) {
-		f, err := parseForward(pair)
+		f, err := parse(pair)
 		if err != nil {
-			return nil, fmt.Errorf("bad FORWARDS pair %q: %w", pair, err)
+			return nil, fmt.Errorf("bad FORWARDS pair %q%s: %w", pair, role, err)
 		}
 		if seen[f.listen] {
-			return nil, fmt.Errorf("bad FORWARDS pair %q: duplicate listen address %s (each listen address may appear once)", pair, f.listen)
+			return nil, fmt.Errorf("bad FORWARDS pair %q%s: duplicate listen address %s (each listen address may appear once)", pair, role, f.listen)
 		}
 		seen[f.listen] = true
 		out = append(out, f)
@@ -199,18 +203,9 @@ const frontShape = "0.0.0.0:PORT=unix:/PATH/tls"
 // any address the router's pod reaches; a pair without /tls, a way around
 // the screening.
 func parseFrontForwards(s string) ([]forward, error) {
-	var out []forward
-	seen := map[netip.AddrPort]bool{}
-	for _, pair := range strings.Fields(s) {
-		f, err := parseFront(pair)
-		if err != nil {
-			return nil, fmt.Errorf("bad FORWARDS pair %q for FORWARDER_ROLE=front: %w", pair, err)
-		}
-		if seen[f.listen] {
-			return nil, fmt.Errorf("bad FORWARDS pair %q for FORWARDER_ROLE=front: duplicate listen address %s", pair, f.listen)
-		}
-		seen[f.listen] = true
-		out = append(out, f)
+	out, err := parsePairs(s, parseFront, " for FORWARDER_ROLE=front")
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, errors.New("FORWARDER_ROLE=front needs FORWARDS: " + frontShape)
