@@ -91,9 +91,6 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 	if err != nil {
 		return refusef("%v", err)
 	}
-	if mutated("kube-agent-dns") {
-		objs = runtimeDNS(objs)
-	}
 	out, err := kube.YAML(s, objs)
 	if err != nil {
 		return err
@@ -271,17 +268,4 @@ func cloneURL(flag string, tree projectdir.Tree, dir string) (string, error) {
 		return "", refusef("cannot clone %s in the cluster: only an https:// URL without credentials works there (the router adds your GitHub token); name one with --clone", projectdir.Quote(u))
 	}
 	return u, nil
-}
-
-// runtimeDNS is hack/mutation-check's kube-agent-dns: the agent's pod
-// resolves through the runtime's DNS as any pod does, not through the
-// router alone.
-func runtimeDNS(objs []kube.Object) []kube.Object {
-	for i, o := range objs {
-		if p, ok := o.(kube.Pod); ok && p.Metadata.Labels[kube.LabelRole] == "agent" {
-			p.Spec.DNSPolicy, p.Spec.DNSConfig = "", nil
-			objs[i] = p
-		}
-	}
-	return objs
 }
