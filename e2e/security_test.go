@@ -92,6 +92,7 @@ type secSuite struct {
 	kube              probeSet
 	kubeQuiet         []string // what the canaries logged during it
 	kubeSkipped       []string // probes of rows 1-8 not run there, and why
+	kubeBroken        string   // why the kube session proves nothing, "" when it ran
 	mainMark, mainEnd marks    // the logs before and after the main session
 	quietLines        []string
 	controlNonces     map[string][]string // probe kind -> nonces sent over opened paths
