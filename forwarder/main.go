@@ -366,6 +366,7 @@ func serveListeners(ctx context.Context, ls []listener, file *forwardsFile, log 
 }
 
 func listenAll(forwards []forward) ([]listener, error) {
+	reserveFDs(len(forwards))
 	var ls []listener
 	for _, f := range forwards {
 		ln, err := listen(f)
@@ -382,6 +383,10 @@ func listenAll(forwards []forward) ([]listener, error) {
 
 func listen(f forward) (*net.TCPListener, error) {
 	lc := net.ListenConfig{KeepAlive: -1} // as for the dial in relay
+	// Plain TCP: since Go 1.24 a listener is MPTCP by default, which
+	// relays on the pod's loopback have no use for, and each such socket
+	// carries a subflow of its own.
+	lc.SetMultipathTCP(false)
 	// tcp4 for an IPv4 address: "tcp" would make a front's 0.0.0.0 a
 	// dual-stack socket that takes IPv6 too.
 	network := "tcp"

@@ -365,9 +365,27 @@ func Lint(entries []Entry) []string {
 // exfilService names the service an entry reaches: the host is one, lies
 // under one, or is a wildcard over one.
 func exfilService(e Entry) string {
-	for svc, why := range exfilServices {
-		if under(e.Host, svc) || (e.Wildcard && under(svc, e.Host)) {
-			return fmt.Sprintf("%s (%s)", why, svc)
+	// The host and each of its parents, looked up: a list of thousands
+	// of names is linted on every session's start.
+	for d := e.Host; d != ""; {
+		if why, ok := exfilServices[d]; ok {
+			return fmt.Sprintf("%s (%s)", why, d)
+		}
+		_, d, _ = strings.Cut(d, ".")
+	}
+	if !e.Wildcard {
+		return ""
+	}
+	// A wildcard over a parent of a service: the services in a fixed
+	// order, so that the warning is the same from one start to the next.
+	svcs := make([]string, 0, len(exfilServices))
+	for svc := range exfilServices {
+		svcs = append(svcs, svc)
+	}
+	sort.Strings(svcs)
+	for _, svc := range svcs {
+		if under(svc, e.Host) {
+			return fmt.Sprintf("%s (%s)", exfilServices[svc], svc)
 		}
 	}
 	return ""
