@@ -254,11 +254,35 @@ func (c bindingsClient) ContainerRemove(ctx context.Context, name string) error 
 
 func (c bindingsClient) PodCreate(ctx context.Context, p *specgen.PodSpecGenerator) error {
 	defer c.step("pod create " + p.Name)()
-	if _, err := pods.CreatePodFromSpec(ctx, &entities.PodSpec{PodSpecGen: *p}); err != nil {
+	var err error
+	for try := 0; ; try++ {
+		_, err = pods.CreatePodFromSpec(ctx, &entities.PodSpec{PodSpecGen: *p})
+		if !subIDsUnread(err) || try == subIDTries-1 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(10+try*20) * time.Millisecond)
+	}
+	if err != nil {
 		return fmt.Errorf("create pod %s: %w", p.Name, err)
 	}
 	return nil
 }
+
+// subIDsUnread says podman refused a keep-id pod because it read no
+// subordinate ids that time, though the user has them: podman 4.3's
+// service reads them through shadow's libsubid, which is not safe to call
+// from two threads at once, and a service shared by several sessions
+// starting together does (its log says "cannot find UID/GID for user ...:
+// cannot read subids"; seen in 2 of 4 rounds of eight sessions at once).
+// Nothing was made; asking again is what the user would do. A user who
+// really has no subordinate ids is told so before any of this (prepare's
+// subordinateIDsMissing), and fails here again after the tries.
+func subIDsUnread(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "keep-id requires additional UIDs or GIDs")
+}
+
+// subIDTries bounds the pod's creation when subIDsUnread.
+const subIDTries = 4
 
 func (c bindingsClient) PodRemove(ctx context.Context, name string) error {
 	defer c.step("pod remove " + name)()

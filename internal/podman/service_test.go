@@ -45,3 +45,15 @@ func TestInitDied(t *testing.T) {
 		}
 	}
 }
+
+func TestSubIDsUnread(t *testing.T) {
+	raced := errors.New(`failed to make pod: keep-id requires additional UIDs or GIDs defined in /etc/subuid and /etc/subgid to function correctly: %!w(<nil>)`)
+	if !subIDsUnread(fmt.Errorf("wrapped: %w", raced)) {
+		t.Error("the service's unread subordinate ids are not seen")
+	}
+	for _, err := range []error{nil, errors.New("create pod s: name s is in use: pod already exists"), ErrNotReady} {
+		if subIDsUnread(err) {
+			t.Errorf("%v is taken for unread subordinate ids", err)
+		}
+	}
+}
