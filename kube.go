@@ -52,8 +52,10 @@ the router alone and the router nothing but the internet outside private
 ranges. Apply them with kubectl apply -f, attach with kubectl attach -it,
 remove them with kubectl delete -f. Arguments after -- replace the agent's
 command. When credentials are found (as for a session), the output holds
-them: it is written 0600 with -o.`,
-		Example: `  agent-sandbox kube export -o sandbox.yaml
+them: it is written 0600 with -o, which must be outside the project (a
+session there could read or change it).`,
+		Example: `  agent-sandbox kube export -o ~/sandbox.yaml
+  agent-sandbox kube export | kubectl apply -f -
   agent-sandbox kube export --namespace agents --name review-bot --agent codex
   agent-sandbox kube export -- bash`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -83,6 +85,9 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 		return fmt.Errorf("cannot find the current directory: %w", err)
 	}
 	dir := realpath(pwd)
+	if err := outsideProject(a.output, pwd, dir); err != nil {
+		return err
+	}
 	s, err := kubeSandbox(set, a, dir, errOut)
 	if err != nil {
 		return err
@@ -105,6 +110,26 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 	// Replaced whole, and 0600 from the start: it may hold credentials.
 	if _, err := replaceFile(a.output, out, 0o600, false); err != nil {
 		return fmt.Errorf("cannot write %s: %w", a.output, err)
+	}
+	return nil
+}
+
+// outsideProject refuses an -o inside the project: the next local session
+// there mounts it read-write, so its agent could read the credentials in
+// the manifests (the user's own uid is the agent's), or rewrite them (drop
+// a NetworkPolicy, add a hostPath) for the user to apply next.
+func outsideProject(output, pwd, dir string) error {
+	// hack/mutation-check's kube-output-in-project writes it anywhere.
+	if output == "" || mutated("kube-output-in-project") {
+		return nil
+	}
+	p := output
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(pwd, p)
+	}
+	if inside(realpath(p), dir) {
+		return refusef("-o %s is inside the project %s, where the agent of a session in it could read your credentials from it or change what you apply: "+
+			"write it outside (-o ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", output, dir, filepath.Base(dir))
 	}
 	return nil
 }

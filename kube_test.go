@@ -142,3 +142,37 @@ func TestKubeName(t *testing.T) {
 		t.Error("two projects of one name share a sandbox name")
 	}
 }
+
+// An -o in the project would be read-write in the next session there: its
+// agent could read the credentials or change what the user applies. The
+// export refuses it, by any path (relative, through a link), and writes
+// nothing; outside, the file is written 0600.
+func TestKubeExportOutputOutsideTheProject(t *testing.T) {
+	const key = "sk-ant-api03-kubeexporttestkey000000"
+	set, dir := kubeProject(t, "https://git.example/team/proj.git", key)
+	t.Chdir(dir)
+	link := filepath.Join(t.TempDir(), "to-proj")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{"sandbox.yaml", "./sub/../sandbox.yaml", filepath.Join(dir, ".git", "x.yaml"), filepath.Join(link, "sandbox.yaml")} {
+		err := kubeExport(t.Context(), set, kubeExportArgs{output: out}, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "inside the project") || !strings.Contains(err.Error(), "kubectl apply -f -") {
+			t.Errorf("-o %s: got %v, want a refusal naming the way out", out, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sandbox.yaml")); !os.IsNotExist(err) {
+		t.Errorf("a refused export wrote the file (%v)", err)
+	}
+	out := filepath.Join(t.TempDir(), "sandbox.yaml")
+	if err := kubeExport(t.Context(), set, kubeExportArgs{output: out}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(out)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("written outside: %v, mode %v", err, fi.Mode())
+	}
+	if b, _ := os.ReadFile(out); !bytes.Contains(b, []byte(key)) {
+		t.Error("the manifests outside lack the Secret's key")
+	}
+}

@@ -214,3 +214,42 @@ func podmanRunArgs(t *testing.T, name string, pod kube.Pod, c kube.Container, co
 	}
 	return append(args, c.Image)
 }
+
+// TestKubeExportStaysOutOfTheProject (issue 26, a hostile read's finding):
+// the manifests hold the user's keys, and a file in the project is
+// read-write in the next session there, whose agent runs as the user's
+// uid and could read them or change what the user applies. The real
+// binary refuses an -o inside the launch dir, by a relative path or
+// through a link, and writes nothing; the same export to a path outside
+// is written, key and all (the opened path).
+func TestKubeExportStaysOutOfTheProject(t *testing.T) {
+	row(t, "kube export refuses to write its manifests into the project", func(t *testing.T) {
+		const key = "sk-ant-api03-e2ekubeexportkey0000000000"
+		dir := launchDir(t)
+		outside := mkdir(t, "kube-")
+		link := filepath.Join(outside, "to-project")
+		if err := os.Symlink(dir, link); err != nil {
+			t.Fatal(err)
+		}
+		export := func(out string) *launcher {
+			return startLauncher(t, sessionOpts{Dir: dir, CombinedOutput: true, Env: map[string]string{"ANTHROPIC_API_KEY": key},
+				Args: []string{"kube", "export", "--clone", "https://" + gitHost + "/none.git", "-o", out}}).wait()
+		}
+		for _, out := range []string{"sandbox.yaml", filepath.Join(link, "sandbox.yaml")} {
+			l := export(out)
+			if said := l.Stdout() + l.Stderr(); l.Code != 1 || !strings.Contains(said, "inside the project") {
+				t.Errorf("-o %s: exit %d, want the refusal (1) naming the project:\n%s", out, l.Code, said)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, "sandbox.yaml")); !os.IsNotExist(err) {
+			t.Errorf("a refused export left sandbox.yaml in the project (%v)", err)
+		}
+		out := filepath.Join(outside, "sandbox.yaml")
+		if l := export(out); l.Code != 0 {
+			t.Fatalf("-o outside the project: exit %d\n%s", l.Code, l.Stdout())
+		}
+		if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), key) {
+			t.Errorf("the export outside the project lacks the key's Secret (%v)", err)
+		}
+	})
+}
