@@ -127,6 +127,14 @@ func outsideProject(output, pwd, dir string) error {
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(pwd, p)
 	}
+	// The repository's top too, when the export runs in a directory of
+	// it: a session launched there mounts the whole tree.
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			dir = d
+			break
+		}
+	}
 	if inside(realpath(p), dir) {
 		return refusef("-o %s is inside the project %s, where the agent of a session in it could read your credentials from it or change what you apply: "+
 			"write it outside (-o ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", output, dir, filepath.Base(dir))

@@ -164,6 +164,16 @@ func TestKubeExportOutputOutsideTheProject(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "sandbox.yaml")); !os.IsNotExist(err) {
 		t.Errorf("a refused export wrote the file (%v)", err)
 	}
+	// From a directory of the repository, its top is the project.
+	sub := filepath.Join(dir, "docs")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	if err := kubeExport(t.Context(), set, kubeExportArgs{output: "../sandbox.yaml"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "inside the project") {
+		t.Errorf("-o ../sandbox.yaml from the repository's docs/: got %v, want the refusal", err)
+	}
+	t.Chdir(dir)
 	out := filepath.Join(t.TempDir(), "sandbox.yaml")
 	if err := kubeExport(t.Context(), set, kubeExportArgs{output: out}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
