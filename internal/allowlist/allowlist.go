@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
@@ -378,18 +379,23 @@ func exfilService(e Entry) string {
 	}
 	// A wildcard over a parent of a service: the services in a fixed
 	// order, so that the warning is the same from one start to the next.
-	svcs := make([]string, 0, len(exfilServices))
-	for svc := range exfilServices {
-		svcs = append(svcs, svc)
-	}
-	sort.Strings(svcs)
-	for _, svc := range svcs {
+	for _, svc := range sortedExfilServices() {
 		if under(svc, e.Host) {
 			return fmt.Sprintf("%s (%s)", exfilServices[svc], svc)
 		}
 	}
 	return ""
 }
+
+// sortedExfilServices are exfilServices' names in order, sorted once.
+var sortedExfilServices = sync.OnceValue(func() []string {
+	svcs := make([]string, 0, len(exfilServices))
+	for svc := range exfilServices {
+		svcs = append(svcs, svc)
+	}
+	sort.Strings(svcs)
+	return svcs
+})
 
 // sharedSuffix says whom a wildcard over host lets in, or "" if no one
 // else: host is, or is a parent of, a multi-tenant suffix.

@@ -257,10 +257,14 @@ func (c bindingsClient) PodCreate(ctx context.Context, p *specgen.PodSpecGenerat
 	var err error
 	for try := 0; ; try++ {
 		_, err = pods.CreatePodFromSpec(ctx, &entities.PodSpec{PodSpecGen: *p})
-		if !subIDsUnread(err) || try == subIDTries-1 || ctx.Err() != nil {
+		if !subIDsUnread(err) || try == subIDTries-1 {
 			break
 		}
-		time.Sleep(time.Duration(10+try*20) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		case <-time.After(time.Duration(10+try*20) * time.Millisecond):
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("create pod %s: %w", p.Name, err)
