@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/netip"
@@ -227,6 +229,13 @@ func kubeSandbox(set settings, a kubeExportArgs, dir string, errOut io.Writer) (
 		s.ExtraRouterFiles = map[string]string{upstreamCAFile: string(creds.upstreamCA)}
 	}
 	s.Env = agentEnv(la.env, creds)
+	// A new key for each export: one sandbox's manifests let no other
+	// sandbox's pods into its router.
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return s, err
+	}
+	s.LinkKey = hex.EncodeToString(key)
 	return s, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestKubeRouterRunsAsItsUser(t *testing.T) {
 		if l.Err != nil {
 			t.Fatalf("kube export: %v\n%s", l.Err, l.Stdout())
 		}
-		pod, config := exportedRouter(t, out, name)
+		pod, config, secrets := exportedRouter(t, out, name)
 		cleanup := func() {
 			_, _ = podman("pod", "rm", "-f", "-t", "0", name+"-pod")
 			vols, _ := podman("volume", "ls", "--format", "{{.Name}}")
@@ -68,7 +69,7 @@ func TestKubeRouterRunsAsItsUser(t *testing.T) {
 			}
 		}
 		for _, c := range pod.Spec.Containers {
-			args := podmanRunArgs(t, name, pod, c, configDir, ip)
+			args := podmanRunArgs(t, name, pod, c, configDir, ip, secrets)
 			if _, err := podman(args...); err != nil {
 				t.Fatalf("podman run of the exported %s container: %v", c.Name, err)
 			}
@@ -108,6 +109,10 @@ func TestKubeRouterRunsAsItsUser(t *testing.T) {
 		if !strings.Contains(logs, "forwarder: listening on 0.0.0.0:443") {
 			t.Errorf("the front does not listen on the pod's 443:\n%s", logs)
 		}
+		// Without the link key the front lets nothing through, and says why.
+		if out, _ := podman("exec", router, "sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -q1 %s 443`, ip)); !strings.Contains(out, "agent-sandbox: no link key") {
+			t.Errorf("the front's 443 without the link key: %q, want its refusal", out)
+		}
 		get := func(path string) string {
 			out, _ := podman("exec", router, "sh", "-c", fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc -q1 %s %d`, path, ip, kube.CAPort))
 			return out
@@ -122,7 +127,7 @@ func TestKubeRouterRunsAsItsUser(t *testing.T) {
 }
 
 // exportedRouter decodes the export's router pod and config strictly.
-func exportedRouter(t *testing.T, path, name string) (kube.Pod, kube.ConfigMap) {
+func exportedRouter(t *testing.T, path, name string) (kube.Pod, kube.ConfigMap, map[string]map[string]string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -130,9 +135,16 @@ func exportedRouter(t *testing.T, path, name string) (kube.Pod, kube.ConfigMap) 
 	}
 	var pod *kube.Pod
 	var config *kube.ConfigMap
+	secrets := map[string]map[string]string{}
 	for _, doc := range strings.Split(string(b), "\n---\n")[1:] {
 		doc += "\n"
 		switch {
+		case strings.Contains(doc, "\nkind: Secret\n"):
+			var sec kube.Secret
+			if err := yaml.UnmarshalStrict([]byte(doc), &sec); err != nil {
+				t.Fatal(err)
+			}
+			secrets[sec.Metadata.Name] = sec.StringData
 		case strings.Contains(doc, "\nkind: Pod\n") && strings.Contains(doc, "\n  name: "+name+"-router\n"):
 			pod = &kube.Pod{}
 			if err := yaml.UnmarshalStrict([]byte(doc), pod); err != nil {
@@ -148,13 +160,13 @@ func exportedRouter(t *testing.T, path, name string) (kube.Pod, kube.ConfigMap) 
 	if pod == nil || config == nil {
 		t.Fatalf("%s has no router pod or config for %s", path, name)
 	}
-	return *pod, *config
+	return *pod, *config, secrets
 }
 
 // podmanRunArgs is podman run for container c of the exported pod: its
 // user, capabilities, escalation, environment and volumes as the manifest
 // says, in the pod's network namespace.
-func podmanRunArgs(t *testing.T, name string, pod kube.Pod, c kube.Container, configDir, ip string) []string {
+func podmanRunArgs(t *testing.T, name string, pod kube.Pod, c kube.Container, configDir, ip string, secrets map[string]map[string]string) []string {
 	t.Helper()
 	psc, sc := pod.Spec.SecurityContext, c.SecurityContext
 	args := []string{"run", "-d", "--name", name + "-" + c.Name, "--pod", name + "-pod", "--label", harnessLabel + "=kube-nonroot",
@@ -194,14 +206,27 @@ func podmanRunArgs(t *testing.T, name string, pod kube.Pod, c kube.Container, co
 			t.Fatalf("volume %s of %s: not one this test makes", m.Name, c.Name)
 		}
 	}
+	// As the kubelet does: a value from the pod's address or a Secret's
+	// key, and $(NAME) in a value replaced by a variable set before it.
+	set := map[string]string{}
 	for _, e := range c.Env {
 		v := e.Value
-		if e.ValueFrom != nil {
-			if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
-				t.Fatalf("%s takes %s from %+v", c.Name, e.Name, e.ValueFrom)
-			}
+		switch from := e.ValueFrom; {
+		case from == nil:
+			v = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(v, func(ref string) string {
+				if got, ok := set[ref[2:len(ref)-1]]; ok {
+					return got
+				}
+				return ref
+			})
+		case from.FieldRef != nil && from.FieldRef.FieldPath == "status.podIP":
 			v = ip
+		case from.SecretKeyRef != nil && secrets[from.SecretKeyRef.Name][from.SecretKeyRef.Key] != "":
+			v = secrets[from.SecretKeyRef.Name][from.SecretKeyRef.Key]
+		default:
+			t.Fatalf("%s takes %s from %+v, which this test does not give", c.Name, e.Name, e.ValueFrom)
 		}
+		set[e.Name] = v
 		args = append(args, "-e", e.Name+"="+v)
 	}
 	if len(c.Command) > 0 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,10 @@ var kubeDiffers = map[string]string{
 	"udp to every link-local node (ff02::1, ff02::2)": "podman kube play applies no pod sysctl, so the agent's pod keeps an IPv6 link-local address on the internal network",
 }
 
+// rNoLinkKey: the router's front refused a connection without the
+// sandbox's link key, and said so.
+var rNoLinkKey = because("refused by the router's front: no link key", []int{1}, `(?m)^hello of \d+ bytes: refused: agent-sandbox: no link key`)
+
 // rCAPort404: the CA port has no such file to give.
 var rCAPort404 = because("the CA port serves its two certificates alone (404)", []int{22}, `The requested URL returned error: 404`)
 
@@ -62,16 +67,29 @@ func (s *secSuite) buildKube(t *testing.T) {
 	s.mainRow7(t, &all)
 	s.mainRow8(t, &all)
 	// A cluster's own path: the router's port 443 itself, around the
-	// agent pod's forwarder, where the router's front screens the hello.
+	// agent pod's forwarder. Its front lets in only connections that
+	// carry the sandbox's link key, which the agent does not hold.
 	nn := newNonce(t)
-	all.add(5, "ech hello straight to the router's 443 (its front)", blocked, rHelloClosed, nn,
-		routerVar+"python3 -S ./sec.py hello $R 443 --sni allowed.test --alpn "+nn+" --ech "+nn)
-	nn = newNonce(t)
-	all.add(5, "denied sni straight to the router's 443", blocked, rHelloClosed, nn,
-		routerVar+"python3 -S ./sec.py hello $R 443 --sni "+nn+".denied.test --alpn "+nn)
-	nn = newNonce(t)
-	all.add(5, "opened path: the same hello without ech straight to the router's 443", arrives, noReason, nn,
+	all.add(5, "hello straight to the router's 443 without the link key", blocked, rNoLinkKey, nn,
 		routerVar+"python3 -S ./sec.py hello $R 443 --sni allowed.test --alpn "+nn)
+	nn = newNonce(t)
+	all.add(5, "hello straight to the router's 443 with a made-up link key", blocked, rNoLinkKey, nn,
+		routerVar+"python3 -S ./sec.py hello $R 443 --link "+strings.Repeat("0", 64)+" --sni allowed.test --alpn "+nn)
+	// A peer on the pod network that has the key (a container the
+	// harness runs beside the pods, not the agent): the opened path of
+	// the two above, and the front's own screening behind the key.
+	var peer probeSet
+	peer.session = s.kube.session
+	nn = newNonce(t)
+	peer.add(5, "opened path: a peer with the link key, the same hello straight to the router's 443", arrives, noReason, nn,
+		"python3 -S ./sec.py hello "+kubeServiceIP+" 443 --link \"$LINK_KEY\" --sni allowed.test --alpn "+nn)
+	nn = newNonce(t)
+	peer.add(5, "a peer with the link key: ech hello straight to the router's 443 (its front screens it)", blocked, rHelloClosed, nn,
+		"python3 -S ./sec.py hello "+kubeServiceIP+" 443 --link \"$LINK_KEY\" --sni allowed.test --alpn "+nn+" --ech "+nn)
+	nn = newNonce(t)
+	peer.add(5, "a peer with the link key: denied sni straight to the router's 443", blocked, rHelloClosed, nn,
+		"python3 -S ./sec.py hello "+kubeServiceIP+" 443 --link \"$LINK_KEY\" --sni "+nn+".denied.test --alpn "+nn)
+	s.kubePeer = peer.probes
 	// The router's CA port serves the session CA's certificate and
 	// bundle, and no other file of the router's: not its config, not the
 	// credentials beside it.
@@ -144,6 +162,10 @@ func (s *secSuite) runKube(t *testing.T) {
 		t.Errorf("podman kube play of the router pod: %v\n%s", err, out)
 		return
 	}
+	// The peer before the agent's pod: an address of the pod network that
+	// comes up while the agent's probes run would take what its sweep
+	// left queued in the kernel for an address that did not answer yet.
+	peer := s.runKubePeer(t, yamlPath, dir)
 	// podman kube play returns once the init containers (the trust step)
 	// are done and the forwarder and the agent started.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -167,8 +189,12 @@ func (s *secSuite) runKube(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	s.routerLogs["kube"] = podmanLogs(kubeSandbox+"-router-router") + podmanLogs(kubeSandbox+"-router-front")
 	s.kube.res = parseProbes(out)
+	for name, r := range peer {
+		s.kube.res[name] = r
+	}
+	s.kube.probes = append(s.kube.probes, s.kubePeer...)
+	s.routerLogs["kube"] = podmanLogs(kubeSandbox+"-router-router") + podmanLogs(kubeSandbox+"-router-front")
 	s.kube.ran = len(s.kube.res) > 1
 	// Its own preflight fails rows 1-8 alone (checkKube): a kube session
 	// that cannot run says nothing about the local session's rows.
@@ -181,6 +207,43 @@ func (s *secSuite) runKube(t *testing.T) {
 	s.took = append(s.took, fmt.Sprintf("kube session %.1fs", time.Since(start).Seconds()))
 	s.settle(t, "after the kube session")
 	s.kubeQuiet = s.env.listenerLinesSince(mark, s.env.canaryNames()...)
+}
+
+// linkKeyRE finds the link key in the podman variant's manifests, where
+// the forwarders take it as a value.
+var linkKeyRE = regexp.MustCompile(`(?m)^\s*- name: LINK_KEY\n\s*value: "?([0-9a-f]{64})"?$`)
+
+// runKubePeer runs the peer's probes (buildKube) in a container of its own
+// on the pod network, with the export's link key, once the router's pod is
+// ready, and returns their results.
+func (s *secSuite) runKubePeer(t *testing.T, yamlPath, dir string) map[string]probeResult {
+	t.Helper()
+	b, err := os.ReadFile(yamlPath)
+	m := linkKeyRE.FindSubmatch(b)
+	if err != nil || m == nil {
+		t.Errorf("the kube export has no link key: %v", err)
+		return nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(podmanLogs(kubeSandbox+"-router-router"), "routerd: ready") ||
+		!strings.Contains(podmanLogs(kubeSandbox+"-router-front"), "forwarder: ready"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the kube session's router pod never got ready:\n%s", lastLines(podmanLogs(kubeSandbox+"-router-router"), 20))
+			return nil
+		}
+	}
+	peer := probeSet{probes: s.kubePeer}
+	script := parallelScript(peer.list(), 8, "", "")
+	if err := os.WriteFile(filepath.Join(dir, "peer-probes.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Root of the user namespace: the launch dir is the test user's.
+	out, err := podman("run", "--rm", "--name", kubeSandbox+"-peer", "--network", kubeNet, "--label", harnessLabel+"=kube", "--user", "0:0",
+		"-e", "LINK_KEY="+string(m[1]), "-v", dir+":/peer:ro,z", "-w", "/peer", "--entrypoint", "sh", harness.sandboxImage, "./peer-probes.sh")
+	if err != nil {
+		t.Errorf("the kube session's peer: %v\n%s", err, out)
+		return nil
+	}
+	return parseProbes(out)
 }
 
 // splitExport writes the export's router and agent objects to files of

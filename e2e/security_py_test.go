@@ -268,8 +268,9 @@ def client_hello(sni=None, alpn=None, pad=0, sni_last=False, ech=None):
 
 def cmd_hello(host, port, *args):
     """A hand-made ClientHello: --sni NAME (\\0 allowed), --no-sni, --alpn P, --pad N, --sni-last,
-    --ech PAYLOAD (an encrypted_client_hello extension carrying PAYLOAD in clear)."""
-    sni, alpn, pad, last, ech = None, [], 0, False, None
+    --ech PAYLOAD (an encrypted_client_hello extension carrying PAYLOAD in clear),
+    --link KEY (a cluster router's link preamble first, as the agent pod's forwarder sends it)."""
+    sni, alpn, pad, last, ech, link = None, [], 0, False, None, b""
     args = list(args)
     while args:
         a = args.pop(0)
@@ -283,11 +284,23 @@ def cmd_hello(host, port, *args):
             last = True
         elif a == "--ech":
             ech = args.pop(0)
+        elif a == "--link":
+            link = ("agent-sandbox-link " + args.pop(0) + "\n").encode()
     hello = client_hello(sni, alpn, pad, last, ech)
     try:
         s = socket.create_connection((host, int(port)), timeout=5)
-        s.sendall(hello)
+        s.sendall(link + hello)
         data = s.recv(5)
+        if data[:5] == b"agent":
+            # A front's refusal: one line of text.
+            while not data.endswith(b"\n") and len(data) < 512:
+                more = s.recv(512)
+                if not more:
+                    break
+                data += more
+            s.close()
+            print("hello of %d bytes: refused: %s" % (len(hello), data.decode(errors="replace").strip()))
+            return 1
         s.close()
     except OSError as e:
         print("hello of %d bytes: %s" % (len(hello), err_name(e)))

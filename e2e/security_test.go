@@ -90,10 +90,11 @@ type secSuite struct {
 	// kube is rows 1-8's probes again, in the agent pod of `kube export
 	// --runtime podman` run by podman kube play (security_kube_test.go).
 	kube              probeSet
-	kubeQuiet         []string // what the canaries logged during it
-	kubeSkipped       []string // probes of rows 1-8 not run there, and why
-	kubeBroken        string   // why the kube session proves nothing, "" when it ran
-	mainMark, mainEnd marks    // the logs before and after the main session
+	kubePeer          []secProbe // row 5's probes from a peer with the link key (runKubePeer)
+	kubeQuiet         []string   // what the canaries logged during it
+	kubeSkipped       []string   // probes of rows 1-8 not run there, and why
+	kubeBroken        string     // why the kube session proves nothing, "" when it ran
+	mainMark, mainEnd marks      // the logs before and after the main session
 	quietLines        []string
 	controlNonces     map[string][]string // probe kind -> nonces sent over opened paths
 	edited            map[string]string   // row 9's names

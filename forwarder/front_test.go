@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,33 +17,54 @@ func TestFrontRole(t *testing.T) {
 		}
 		return func(k string) string { return m[k] }
 	}
-	fs, file, err := forwardsFromEnv(env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:/run/agent-sandbox-tls/tls.sock/tls"))
-	if err != nil || file != nil || len(fs) != 1 {
-		t.Fatalf("a front's pair: %v, %v, %v", fs, file, err)
+	key := strings.Repeat("0f", 32)
+	front := func(kv ...string) func(string) string {
+		return env(append([]string{"FORWARDER_ROLE", "front", "LINK_KEY", key}, kv...)...)
 	}
-	if want := (forward{listen: ap("0.0.0.0:443"), socket: "/run/agent-sandbox-tls/tls.sock", tls: true}); fs[0] != want {
-		t.Errorf("front pair = %+v, want %+v", fs[0], want)
+	fs, file, err := forwardsFromEnv(front("FORWARDS", "0.0.0.0:443=unix:/run/agent-sandbox-tls/tls.sock/tls 10.0.0.5:8080=127.0.0.1:8080"))
+	if err != nil || file != nil || len(fs) != 2 {
+		t.Fatalf("a front's pairs: %v, %v, %v", fs, file, err)
+	}
+	preamble := []byte("agent-sandbox-link " + key + "\n")
+	for i, want := range []forward{
+		{listen: ap("0.0.0.0:443"), socket: "/run/agent-sandbox-tls/tls.sock", tls: true, wantLink: preamble},
+		{listen: ap("10.0.0.5:8080"), target: ap("127.0.0.1:8080"), wantLink: preamble},
+	} {
+		if !reflect.DeepEqual(fs[i], want) {
+			t.Errorf("front pair %d = %+v, want %+v", i, fs[i], want)
+		}
 	}
 	for _, tc := range []struct {
 		env  func(string) string
 		want []string
 	}{
+		// Without the key a front would let any pod in.
+		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:/run/tls.sock/tls"), []string{"needs LINK_KEY"}},
+		{env("FORWARDER_ROLE", "front", "LINK_KEY", "0f0f", "FORWARDS", "0.0.0.0:443=unix:/run/tls.sock/tls"), []string{"LINK_KEY is 4 characters", "64 hex digits"}},
+		{env("FORWARDER_ROLE", "front", "LINK_KEY", strings.Repeat("0F", 32), "FORWARDS", "0.0.0.0:443=unix:/run/tls.sock/tls"), []string{"not lowercase hex"}},
+		// A pair to loopback reaches its own port there, from the pod's
+		// own address, and nothing else.
+		{front("FORWARDS", "10.0.0.5:8080=127.0.0.1:22"), []string{"on the port it listens on (8080) alone"}},
+		{front("FORWARDS", "10.0.0.5:8080=10.0.0.9:8080"), []string{"127.0.0.1 on the port"}},
+		{front("FORWARDS", "0.0.0.0:8080=127.0.0.1:8080"), []string{"own IPv4 address, not 0.0.0.0"}},
+		{front("FORWARDS", "127.0.0.1:8080=127.0.0.1:8080"), []string{"own IPv4 address, not 127.0.0.1"}},
+		{front("FORWARDS", "10.0.0.5:8080=127.0.0.1:8080/tls"), []string{"bad target port"}},
 		// Everything a front could be turned into: a way to an address, a
 		// way around the screening, a narrower or wider listener.
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=10.0.0.1:443/tls"), []string{"unix socket alone"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=10.0.0.1:443"), []string{"TLS alone", "/tls"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:/run/tls.sock"), []string{"TLS alone"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:run/tls.sock/tls"), []string{"unix:/ABSOLUTE/PATH/tls"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:/run/../tls.sock/tls"), []string{"unix:/ABSOLUTE/PATH/tls"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "[::]:443=unix:/run/tls.sock/tls"), []string{"0.0.0.0", "not ::"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "127.0.0.1:443=unix:/run/tls.sock/tls"), []string{"not 127.0.0.1"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "10.0.0.5:443=unix:/run/tls.sock/tls"), []string{"not 10.0.0.5"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "router.test:443=unix:/run/tls.sock/tls"), []string{"bad listen IP"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443=unix:/a.sock/tls 0.0.0.0:443=unix:/b.sock/tls"), []string{"duplicate listen address"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:443"), []string{"missing '='"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS", "0.0.0.0:61000=127.0.0.1:8000/publish=p.localhost:1"), []string{"TLS alone"}},
-		{env("FORWARDER_ROLE", "front"), []string{"FORWARDER_ROLE=front needs FORWARDS"}},
-		{env("FORWARDER_ROLE", "front", "FORWARDS_FILE", "/etc/forwards"), []string{"not FORWARDS_FILE"}},
+		{front("FORWARDS", "0.0.0.0:443=10.0.0.1:443/tls"), []string{"bad target port"}},
+		{front("FORWARDS", "0.0.0.0:443=10.0.0.1:443"), []string{"own IPv4 address, not 0.0.0.0"}},
+		{front("FORWARDS", "0.0.0.0:443=unix:/run/tls.sock"), []string{"TLS alone"}},
+		{front("FORWARDS", "0.0.0.0:443=unix:run/tls.sock/tls"), []string{"unix:/ABSOLUTE/PATH/tls"}},
+		{front("FORWARDS", "0.0.0.0:443=unix:/run/../tls.sock/tls"), []string{"unix:/ABSOLUTE/PATH/tls"}},
+		{front("FORWARDS", "[::]:443=unix:/run/tls.sock/tls"), []string{"0.0.0.0", "not ::"}},
+		{front("FORWARDS", "127.0.0.1:443=unix:/run/tls.sock/tls"), []string{"not 127.0.0.1"}},
+		{front("FORWARDS", "10.0.0.5:443=unix:/run/tls.sock/tls"), []string{"not 10.0.0.5"}},
+		{front("FORWARDS", "router.test:443=unix:/run/tls.sock/tls"), []string{"bad listen IP"}},
+		{front("FORWARDS", "0.0.0.0:443=unix:/a.sock/tls 0.0.0.0:443=unix:/b.sock/tls"), []string{"duplicate listen address"}},
+		{front("FORWARDS", "0.0.0.0:443"), []string{"missing '='"}},
+		{front("FORWARDS", "0.0.0.0:61000=127.0.0.1:8000/publish=p.localhost:1"), []string{"bad target address"}},
+		{front(), []string{"FORWARDER_ROLE=front needs FORWARDS"}},
+		{front("FORWARDS_FILE", "/etc/forwards"), []string{"not FORWARDS_FILE"}},
 		{env("FORWARDER_ROLE", "router", "FORWARDS", "127.0.0.1:443=10.0.0.1:443"), []string{`FORWARDER_ROLE="router" is not a role`, "agent", "front"}},
 		// The agent's role, named or not, stays on loopback.
 		{env("FORWARDER_ROLE", "agent", "FORWARDS", "0.0.0.0:443=unix:/run/tls.sock/tls"), []string{"not loopback"}},

@@ -38,6 +38,10 @@ type forward struct {
 	// a browser must use (see screenPublished).
 	published   bool
 	publishedAs publishedHost
+	// sendLink is the preamble an agent's forwarder writes first to the
+	// router over TCP (link.go); wantLink, the one a front requires of
+	// each client.
+	sendLink, wantLink []byte
 }
 
 // tlsOption marks a pair that carries TLS: LISTEN=TARGET/tls.
@@ -111,13 +115,27 @@ const (
 // forwardsFromEnv reads FORWARDS, or FORWARDS_FILE, which is then followed
 // for changes; a front takes FORWARDS alone, of the one shape it may have.
 func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, error) {
+	var preamble []byte
+	if k := getenv("LINK_KEY"); k != "" {
+		p, err := parseLinkKey(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		preamble = p
+	}
 	switch role := getenv("FORWARDER_ROLE"); role {
 	case "", roleAgent:
 	case roleFront:
 		if getenv("FORWARDS_FILE") != "" {
 			return nil, nil, errors.New("FORWARDER_ROLE=front takes FORWARDS, not FORWARDS_FILE: a front's pairs never change")
 		}
+		if preamble == nil {
+			return nil, nil, errors.New("FORWARDER_ROLE=front needs LINK_KEY: the sandbox's link key, which the agent pod's forwarder sends first (kube export puts it in a Secret)")
+		}
 		fs, err := parseFrontForwards(getenv("FORWARDS"))
+		for i := range fs {
+			fs[i].wantLink = preamble
+		}
 		return fs, nil, err
 	default:
 		return nil, nil, fmt.Errorf("FORWARDER_ROLE=%q is not a role: use %s (the default) or %s", role, roleAgent, roleFront)
@@ -125,12 +143,12 @@ func forwardsFromEnv(getenv func(string) string) ([]forward, *forwardsFile, erro
 	path := getenv("FORWARDS_FILE")
 	if path == "" {
 		fs, err := parseForwards(getenv("FORWARDS"))
-		return fs, nil, err
+		return linked(fs, preamble), nil, err
 	}
 	if strings.TrimSpace(getenv("FORWARDS")) != "" {
 		return nil, nil, errors.New("both FORWARDS and FORWARDS_FILE are set; set one of them")
 	}
-	f := &forwardsFile{path: path, every: forwardsPoll}
+	f := &forwardsFile{path: path, every: forwardsPoll, link: preamble}
 	fs, _, err := f.read()
 	if err != nil {
 		return nil, nil, err
@@ -194,8 +212,10 @@ func parseForward(pair string) (forward, error) {
 	return forward{listen: l, target: t, tls: tls}, nil
 }
 
-// frontShape is the one pair shape a front takes.
-const frontShape = "0.0.0.0:PORT=unix:/PATH/tls"
+// frontShapes are the pair shapes a front takes: TLS to nginx's socket,
+// and a port of the router pod's own address to the same port on its
+// loopback (a host:port entry's nginx server, which listens there).
+const frontShapes = "0.0.0.0:PORT=unix:/PATH/tls or POD_IP:PORT=127.0.0.1:PORT"
 
 // parseFrontForwards reads a front's FORWARDS: each pair listens on every
 // IPv4 address of the router's pod and relays TLS, screened, to a unix
@@ -208,7 +228,7 @@ func parseFrontForwards(s string) ([]forward, error) {
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, errors.New("FORWARDER_ROLE=front needs FORWARDS: " + frontShape)
+		return nil, errors.New("FORWARDER_ROLE=front needs FORWARDS: " + frontShapes)
 	}
 	return out, nil
 }
@@ -216,11 +236,14 @@ func parseFrontForwards(s string) ([]forward, error) {
 func parseFront(pair string) (forward, error) {
 	listen, target, ok := strings.Cut(pair, "=")
 	if !ok {
-		return forward{}, errors.New("missing '=' (want " + frontShape + ")")
+		return forward{}, errors.New("missing '=' (want " + frontShapes + ")")
 	}
 	l, err := parseAddrPort("listen", listen)
 	if err != nil {
 		return forward{}, err
+	}
+	if !strings.HasPrefix(target, "unix:") {
+		return parseFrontLoopback(l, target)
 	}
 	if l.Addr() != netip.IPv4Unspecified() {
 		return forward{}, fmt.Errorf("a front listens on 0.0.0.0 (the router pod's addresses), not %s", l.Addr())
@@ -236,6 +259,24 @@ func parseFront(pair string) (forward, error) {
 	// hack/mutation-check's front-screen-off: the front passes every
 	// ClientHello on unread.
 	return forward{listen: l, socket: path, tls: !mutated("front-screen-off")}, nil
+}
+
+// parseFrontLoopback reads a front's pair to its own pod's loopback: the
+// same port, so that the front reaches the one server behind it and no
+// other port or address. It listens on the pod's own address (the server
+// has the port on loopback, where 0.0.0.0 could not be bound too).
+func parseFrontLoopback(l netip.AddrPort, target string) (forward, error) {
+	t, err := parseAddrPort("target", target)
+	if err != nil {
+		return forward{}, err
+	}
+	if a := l.Addr(); !a.Is4() || a.IsLoopback() || a.IsUnspecified() {
+		return forward{}, fmt.Errorf("a front's pair to loopback listens on the router pod's own IPv4 address, not %s", a)
+	}
+	if t.Addr() != netip.AddrFrom4([4]byte{127, 0, 0, 1}) || t.Port() != l.Port() {
+		return forward{}, fmt.Errorf("a front relays to 127.0.0.1 on the port it listens on (%d) alone, not %s", l.Port(), t)
+	}
+	return forward{listen: l, target: t}, nil
 }
 
 // parsePublished reads a published port's pair: it listens on the pod's
@@ -429,6 +470,9 @@ func acceptLoop(l *listener, wg *sync.WaitGroup) {
 // the client sends after one that passes is watched for a later
 // ClientHello (see watchClient) before it is spliced.
 func relay(l *listener, client *net.TCPConn) {
+	if l.wantLink != nil && !checkLink(l, client) {
+		return
+	}
 	if l.published {
 		relayPublished(l, client)
 		return
@@ -455,6 +499,13 @@ func relay(l *listener, client *net.TCPConn) {
 		return
 	}
 	upstream := c.(relayConn)
+	if l.sendLink != nil {
+		if _, err := upstream.Write(l.sendLink); err != nil {
+			reset(client)
+			_ = upstream.Close()
+			return
+		}
+	}
 	closeBoth := func() {
 		_ = client.Close()
 		_ = upstream.Close()

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,7 +75,7 @@ func TestParseForwards(t *testing.T) {
 			continue
 		}
 		for i := range got {
-			if got[i] != tc.want[i] {
+			if !reflect.DeepEqual(got[i], tc.want[i]) {
 				t.Errorf("parseForwards(%q)[%d] = %v, want %v", tc.in, i, got[i], tc.want[i])
 			}
 		}

@@ -28,6 +28,8 @@ type forwardsFile struct {
 	every time.Duration
 	stamp filestamp.Stamp
 	sum   [32]byte
+	// link is the preamble its TCP pairs send first (LINK_KEY), if any.
+	link []byte
 }
 
 // read returns the file's forwards and whether its content changed since
@@ -57,7 +59,7 @@ func (f *forwardsFile) read() ([]forward, bool, error) {
 	if err != nil {
 		return nil, true, fmt.Errorf("FORWARDS_FILE %s: %w", f.path, err)
 	}
-	return fs, true, nil
+	return linked(fs, f.link), true, nil
 }
 
 // relays owns the listeners and every relay accepted through them. A

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -379,7 +380,7 @@ func TestForwardsFromEnv(t *testing.T) {
 		t.Errorf("FORWARDS alone: %v %v %v", fs, file, err)
 	}
 	fs, file, err = forwardsFromEnv(env("FORWARDS_FILE", good))
-	if err != nil || file == nil || len(fs) != 2 || fs[1] != (forward{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")}) {
+	if err != nil || file == nil || len(fs) != 2 || !reflect.DeepEqual(fs[1], forward{listen: ap("127.0.0.2:22"), target: ap("10.89.0.2:10001")}) {
 		t.Errorf("FORWARDS_FILE alone: %v %v %v", fs, file, err)
 	}
 	for _, tc := range []struct {

@@ -115,6 +115,11 @@ type Sandbox struct {
 	HomeSize string
 	// Runtime is RuntimeKubernetes ("" too) or RuntimePodman.
 	Runtime string
+	// LinkKey (64 hex digits, random for each export) is what the agent
+	// pod's forwarder sends first on each connection to the router, and
+	// what the router's front lets in alone (forwarder/link.go): it keeps
+	// every other pod from the router, whatever the network lets through.
+	LinkKey string
 	// RouterEnv is routerd's environment beyond what the export sets, as
 	// a session gives it: a pinned upstream resolver and the ranges its
 	// answers may fall in (UPSTREAM_DNS, UPSTREAM_ALLOW), the host's own
@@ -132,6 +137,8 @@ func (s Sandbox) Level() string {
 	}
 	return LevelRestricted
 }
+
+var linkKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // nameRE is a DNS-1123 label: what a Service's name must be, and so every
 // name here.
@@ -192,6 +199,9 @@ func Manifests(s Sandbox) ([]Object, error) {
 	if s.podman() && len(s.Credentials) > 0 {
 		return nil, errors.New("podman kube play mounts a Secret as its base64 text, so the router would send that in place of your credentials: export for podman without credentials (unset them), or for a cluster")
 	}
+	if !linkKeyRE.MatchString(s.LinkKey) {
+		return nil, errors.New("a sandbox needs a link key of 64 lowercase hex digits")
+	}
 	for k := range s.RouterEnv {
 		switch k {
 		case "UPSTREAM_DNS", "UPSTREAM_ALLOW", "HOST_ADDRS":
@@ -202,6 +212,9 @@ func Manifests(s Sandbox) ([]Object, error) {
 	objs := []Object{s.routerConfig(), s.agentConfig()}
 	if len(s.Credentials) > 0 {
 		objs = append(objs, s.credentials())
+	}
+	if !s.podman() {
+		objs = append(objs, s.link())
 	}
 	objs = append(objs, s.home(), s.service(), s.agentPolicy(), s.routerPolicy(), s.routerPod(), s.agentPod())
 	return objs, nil
@@ -243,14 +256,11 @@ func (s Sandbox) selector(role string) map[string]string {
 func v1(kind string) typeMeta { return typeMeta{APIVersion: "v1", Kind: kind} }
 
 // routerConfig is what a session writes into its dir for the router: the
-// plan rendered for a router that listens on every address of its pod.
+// plan rendered for a router behind its front, which alone takes the pod's
+// TCP ports (the agent pod's forwarder has its own pairs, agentConfig).
 func (s Sandbox) routerConfig() ConfigMap {
 	data := map[string]string{}
-	for _, f := range s.Plan.Render("0.0.0.0") {
-		if f.Name == "forwards" {
-			// The agent pod's forwarder has its own (agentConfig).
-			continue
-		}
+	for _, f := range s.Plan.RenderFronted() {
 		data[f.Name] = f.Body
 	}
 	for name, body := range s.ExtraRouterFiles {
@@ -268,6 +278,26 @@ func (s Sandbox) agentConfig() ConfigMap {
 
 func (s Sandbox) credentials() Secret {
 	return Secret{typeMeta: v1("Secret"), Metadata: s.metaFor("-credentials", "router"), Type: "Opaque", StringData: s.Credentials}
+}
+
+// linkSecret names the Secret of the link key, and linkSecretKey its key.
+const linkSecretKey = "key"
+
+func (s Sandbox) linkSecret() string { return s.Name + "-link" }
+
+// link is the Secret of the link key: the agent pod's forwarder and the
+// router's front take it as a variable, no other container.
+func (s Sandbox) link() Secret {
+	return Secret{typeMeta: v1("Secret"), Metadata: s.metaFor("-link", ""), Type: "Opaque", StringData: map[string]string{linkSecretKey: s.LinkKey}}
+}
+
+// linkKeyVar is LINK_KEY for a forwarder: from the Secret in a cluster;
+// under podman, which takes no Secret here (Runtime), the key itself.
+func (s Sandbox) linkKeyVar() EnvVar {
+	if s.podman() {
+		return EnvVar{Name: "LINK_KEY", Value: s.LinkKey}
+	}
+	return EnvVar{Name: "LINK_KEY", ValueFrom: &EnvVarSource{SecretKeyRef: &SecretKeySelector{Name: s.linkSecret(), Key: linkSecretKey}}}
 }
 
 func (s Sandbox) home() PersistentVolumeClaim {
@@ -423,9 +453,17 @@ func (s Sandbox) routerPod() Pod {
 		}, env(s.RouterEnv)...),
 		VolumeMounts: mounts, SecurityContext: routerSecurity,
 	}
+	// The front's pairs to the host:port entries' servers listen on the
+	// pod's own address: the kubelet gives it in POD_IP and puts it into
+	// FORWARDS; podman plays the pod at the Service's address.
+	frontEnv := []EnvVar{{Name: "POD_IP", ValueFrom: &EnvVarSource{FieldRef: &FieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "FORWARDER_ROLE", Value: "front"}, {Name: "FORWARDS", Value: s.Plan.FrontForwards("$(POD_IP)")}, s.linkKeyVar()}
+	if s.podman() {
+		frontEnv = []EnvVar{{Name: "FORWARDER_ROLE", Value: "front"}, {Name: "FORWARDS", Value: s.Plan.FrontForwards(s.ServiceIP.String())}, s.linkKeyVar()}
+	}
 	front := Container{
 		Name: "front", Image: s.RouterImage, Command: []string{forwarderBinary},
-		Env:             []EnvVar{{Name: "FORWARDER_ROLE", Value: "front"}, {Name: "FORWARDS", Value: routerconf.FrontForwards}},
+		Env:             frontEnv,
 		VolumeMounts:    []VolumeMount{{Name: "tls", MountPath: routerconf.TLSSocketDir, ReadOnly: true}},
 		SecurityContext: frontSecurity,
 	}
@@ -483,7 +521,7 @@ func (s Sandbox) agentPod() Pod {
 	bundle := trustDir + "/ca-certificates.crt"
 	forwarder := Container{
 		Name: "forwarder", Image: s.RouterImage, Command: []string{forwarderBinary}, RestartPolicy: "Always",
-		Env:             []EnvVar{{Name: "FORWARDS_FILE", Value: forwarderConfigDir + "/forwards"}},
+		Env:             []EnvVar{{Name: "FORWARDS_FILE", Value: forwarderConfigDir + "/forwards"}, s.linkKeyVar()},
 		VolumeMounts:    []VolumeMount{{Name: "forwards", MountPath: forwarderConfigDir, ReadOnly: true}},
 		SecurityContext: restricted(),
 	}

@@ -3,6 +3,8 @@ package kube
 import (
 	"bytes"
 	"flag"
+	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -39,8 +41,12 @@ func sandbox(t *testing.T, p routerconf.Plan) Sandbox {
 		CloneURL: "https://git.example/team/proj.git", ProjectDir: "proj",
 		Command: []string{"claude"},
 		Env:     map[string]string{"DISABLE_AUTOUPDATER": "1", "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"},
+		LinkKey: testLinkKey,
 	}
 }
+
+// testLinkKey is the fixtures' link key (an export makes a random one).
+var testLinkKey = strings.Repeat("6c", 32)
 
 // defaultShape is a list shaped like the shipped one (exact names,
 // wildcards, a passthrough host) in names no test may reach.
@@ -234,8 +240,25 @@ func TestExportHolds(t *testing.T) {
 				}
 			}
 			for _, o := range objs {
-				if sec, ok := o.(*Secret); ok && (len(s.Credentials) == 0 || !mapsEqual(sec.StringData, s.Credentials)) {
+				sec, ok := o.(*Secret)
+				switch {
+				case !ok:
+				case sec.Metadata.Name == s.Name+"-link":
+					if s.Runtime == RuntimePodman || !mapsEqual(sec.StringData, map[string]string{"key": s.LinkKey}) {
+						t.Errorf("Secret %s holds %v, want the link key alone (and none under podman)", sec.Metadata.Name, sec.StringData)
+					}
+				case len(s.Credentials) == 0 || !mapsEqual(sec.StringData, s.Credentials):
 					t.Errorf("Secret %s holds %v, want the credentials %v", sec.Metadata.Name, sec.StringData, s.Credentials)
+				}
+			}
+			checkLinkKey(t, s, router, agent)
+			for _, o := range objs {
+				if cm, ok := o.(*ConfigMap); ok && cm.Metadata.Name == s.Name+"-router" {
+					for name, body := range cm.Data {
+						if name != "dnsmasq.conf" && strings.Contains(body, "0.0.0.0") {
+							t.Errorf("router file %s listens on the pod's every address, around the front:\n%s", name, body)
+						}
+					}
 				}
 			}
 			// The agent's credentials are placeholders: no credential
@@ -251,6 +274,44 @@ func TestExportHolds(t *testing.T) {
 			}
 			checkPolicies(t, s, objs)
 		})
+	}
+}
+
+// checkLinkKey: the agent pod's forwarder and the router's front alone
+// have the link key, from its Secret in a cluster; the front takes every
+// router port the Service gives the agent pod but DNS and the CA's.
+func checkLinkKey(t *testing.T, s Sandbox, router, agent *Pod) {
+	t.Helper()
+	holders := map[string]bool{}
+	for _, p := range []*Pod{router, agent} {
+		for _, c := range allContainers(p) {
+			for _, e := range c.Env {
+				if strings.Contains(e.Value, s.LinkKey) || (e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil) {
+					holders[p.Metadata.Name+"/"+c.Name+"/"+e.Name] = true
+					fromSecret := e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && *e.ValueFrom.SecretKeyRef == (SecretKeySelector{Name: s.Name + "-link", Key: "key"})
+					if e.Name != "LINK_KEY" || (s.Runtime == RuntimePodman) == fromSecret {
+						t.Errorf("%s/%s has the link key as %s=%q (%+v): want LINK_KEY, from the Secret in a cluster", p.Metadata.Name, c.Name, e.Name, e.Value, e.ValueFrom)
+					}
+				}
+			}
+		}
+	}
+	want := map[string]bool{s.Name + "-router/front/LINK_KEY": true, s.Name + "-agent/forwarder/LINK_KEY": true}
+	if !maps.Equal(holders, want) {
+		t.Errorf("the link key is in %v, want %v alone", holders, want)
+	}
+	var forwards string
+	for _, c := range router.Spec.Containers {
+		for _, e := range c.Env {
+			if c.Name == "front" && e.Name == "FORWARDS" {
+				forwards = e.Value
+			}
+		}
+	}
+	for _, port := range s.Plan.RouterPorts() {
+		if !strings.Contains(forwards, fmt.Sprintf(":%d=127.0.0.1:%d", port, port)) {
+			t.Errorf("the front does not take router port %d: %s", port, forwards)
+		}
 	}
 }
 

@@ -159,7 +159,13 @@ type EnvVar struct {
 }
 
 type EnvVarSource struct {
-	FieldRef *FieldSelector `json:"fieldRef,omitempty"`
+	FieldRef     *FieldSelector     `json:"fieldRef,omitempty"`
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+type SecretKeySelector struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
 }
 
 type FieldSelector struct {

@@ -638,9 +638,36 @@ func (p Plan) ForwardsVia(routerIP string) string {
 	return p.forwardPairs(routerIP+":443/tls", routerIP)
 }
 
+// RenderFronted is Render for a router whose TCP ports are its front's (a
+// forwarder with FORWARDER_ROLE=front, FrontForwards): in a cluster, where
+// every pod the network lets through reaches the router pod's address, and
+// the front lets in only connections that carry the sandbox's link key.
+// dnsmasq still answers on every address (it hands out loopback addresses
+// and asks no one); the host:port entries' servers listen on the pod's
+// loopback, behind the front, and the API gates there too, where only
+// routerd's inspecting proxy reaches them.
+func (p Plan) RenderFronted() []File {
+	const inner = "127.0.0.1"
+	return []File{
+		{InspectFile, p.inspectConf(inner)},
+		{"nginx.conf", p.nginxConf(inner)},
+		{"api-policy.json", p.apiPolicy(inner)},
+		{"dnsmasq.conf", p.dnsmasqConf("0.0.0.0")},
+	}
+}
+
 // FrontForwards are the pairs of the router pod's front in a cluster: any
-// address's port 443, screened for ECH, to nginx's TLS socket.
-const FrontForwards = "0.0.0.0:443=unix:" + TLSSocket + "/tls"
+// address's port 443, screened for ECH, to nginx's TLS socket; and each
+// host:port entry's router port on podIP (the pod's own address, which the
+// front has in a variable) to the same port on loopback, where
+// RenderFronted's nginx serves it.
+func (p Plan) FrontForwards(podIP string) string {
+	pairs := []string{"0.0.0.0:443=unix:" + TLSSocket + "/tls"}
+	for _, port := range p.RouterPorts() {
+		pairs = append(pairs, fmt.Sprintf("%s:%d=127.0.0.1:%d", podIP, port, port))
+	}
+	return strings.Join(pairs, " ")
+}
 
 // RouterPorts are the router ports that relay the host:port entries, in
 // order: with 53 and 443, every port the agent's forwarder connects to.

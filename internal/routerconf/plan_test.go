@@ -181,7 +181,42 @@ func TestForwardsVia(t *testing.T) {
 	if got := p.RouterPorts(); !slices.Equal(got, []int{10001, 10002}) {
 		t.Errorf("RouterPorts = %v", got)
 	}
-	if !strings.HasPrefix(FrontForwards, "0.0.0.0:443=unix:"+TLSSocket) || !strings.HasSuffix(FrontForwards, "/tls") {
-		t.Errorf("FrontForwards = %s", FrontForwards)
+	if got, want := p.FrontForwards("$(POD_IP)"), "0.0.0.0:443=unix:"+TLSSocket+"/tls $(POD_IP):10001=127.0.0.1:10001 $(POD_IP):10002=127.0.0.1:10002"; got != want {
+		t.Errorf("FrontForwards:\n got %s\nwant %s", got, want)
+	}
+}
+
+// Behind a front every TCP server of the router is on its pod's loopback
+// (the front alone takes the pod's address, and only connections with the
+// link key); dnsmasq answers on every address.
+func TestRenderFronted(t *testing.T) {
+	p, _, err := Replan(Plan{}, FirstCursor, mustParse(t, "a.test\nb.test:22\napi.test\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routes = []Route{{Provider: "anthropic", Host: "api.test", GatePort: 81, Header: "x-api-key", IncludeFile: "/etc/router-credentials/anthropic.conf"}}
+	files := map[string]string{}
+	for _, f := range p.RenderFronted() {
+		files[f.Name] = f.Body
+	}
+	if _, ok := files["forwards"]; ok {
+		t.Error("a fronted router's files include the agent forwarder's pairs")
+	}
+	for name, want := range map[string][]string{
+		"nginx.conf":      {"listen 127.0.0.1:10001;"},
+		"api-policy.json": {`"listen": "127.0.0.1:81"`},
+		InspectFile:       {`"api.test": "127.0.0.1:81"`},
+		"dnsmasq.conf":    {"listen-address=0.0.0.0\n"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(files[name], w) {
+				t.Errorf("%s has no %q:\n%s", name, w, files[name])
+			}
+		}
+	}
+	for name, body := range files {
+		if name != "dnsmasq.conf" && strings.Contains(body, "0.0.0.0") {
+			t.Errorf("%s listens on every address:\n%s", name, body)
+		}
 	}
 }
