@@ -71,7 +71,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 			}
 			eng.buildOutput = "STEP 1/2: FROM docker.io/library/debian:trixie-slim\nSTEP 2/2: COPY forwarder.bin /\nCOMMIT\n"
 			cfg := testConfig(t)
-			code, stderr := runSessionWith(context.Background(), eng, settingsFrom(map[string]string{"XDG_RUNTIME_DIR": runtimeDir}), cfg)
+			code, stderr := runSessionWith(context.Background(), eng, settingsFrom(map[string]string{"XDG_RUNTIME_DIR": runtimeDir, "AGENT_SANDBOX_NO_START_GC": "1"}), cfg)
 			if code != 7 {
 				t.Fatalf("exit code = %d, want the agent's 7: the session goes on after the build\n%s", code, stderr())
 			}
@@ -81,7 +81,7 @@ func TestFirstRunBuildsMissingDefaultImages(t *testing.T) {
 				builds = append(builds, "ImageBuild "+m)
 			}
 			// Built after both checks and before anything else.
-			want := slices.Concat(setupCalls[:3], builds, setupCalls[3:])
+			want := slices.Concat(setupCalls[:2], builds, setupCalls[2:])
 			if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 				t.Fatalf("calls = %v\nwant %v", got, want)
 			}
@@ -191,7 +191,7 @@ func TestReleaseBuildPullsMissingImages(t *testing.T) {
 		t.Fatalf("exit code = %d, want 0\n%s", code, stderr())
 	}
 	out := stderr()
-	want := []string{setupCalls[0], "ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[3]}
+	want := []string{"ImageExists " + sandbox, "ImageExists " + router, "ImagePull " + sandbox, "ImagePull " + router, setupCalls[2]}
 	if got := eng.calls[:len(want)]; !slices.Equal(got, want) {
 		t.Fatalf("calls = %v\nwant %v", got, want)
 	}

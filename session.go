@@ -132,8 +132,11 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	// The API service starts beside the checks and the launch dir's scan,
 	// which do not need it: its start is no longer added to theirs. A
 	// refusal lets go of it unused.
-	svc := startServiceEarly(ctx, set, runtimeDir, trace.New(set.trace, out))
+	tr := trace.New(set.trace, out)
+	svc := startServiceEarly(ctx, set, runtimeDir, tr)
+	done := tr.Step("checks (settings, allowlist, credentials)")
 	cfg, err := prepare(set, out, la, name)
+	done()
 	if err != nil {
 		svc.abandon()
 		return refused(err)
@@ -142,16 +145,22 @@ func runLaunch(ctx context.Context, set settings, out io.Writer, args []string) 
 	// First on the stack, so stopped last: every removal goes through it.
 	s.undo.push("the podman API service", svc.close)
 	defer func() { s.teardown(ctx, outcome(ctx, err)) }()
+	done = tr.Step("launch dir: claim, scan, protections")
 	if err := s.openLaunchDir(runtimeDir); err != nil {
 		return refused(err)
 	}
+	done()
+	done = tr.Step("session dirs")
 	if err := s.makeDirs(runtimeDir); err != nil {
 		return err
 	}
+	done()
+	done = tr.Step("podman service: wait for its answer")
 	opCtx, eng, err := svc.wait()
 	if err != nil {
 		return err
 	}
+	done()
 	return s.runOn(opCtx, eng, runtimeDir)
 }
 
@@ -269,12 +278,8 @@ func (s *session) runOn(ctx context.Context, eng engine, runtimeDir string) erro
 // start creates what the agent runs in: nothing before the checks that can
 // refuse the session, then the networks, the router and the pod.
 func (s *session) start(ctx context.Context, runtimeDir string) error {
-	labelled, err := s.eng.ListLabelled(ctx, labelSession)
-	if err != nil {
-		return err
-	}
 	if !s.set.noStartGC {
-		s.collectDeadSessions(ctx, labelled, runtimeDir)
+		s.collectDeadSessions(ctx, runtimeDir)
 	}
 	if err := ensureImages(ctx, s.eng, s.set, s.cfg.agentImages(s.set), s.cfg.name, s.out); err != nil {
 		return err
@@ -304,7 +309,7 @@ const collectTimeout = 30 * time.Second
 
 // collectDeadSessions removes, beside this session's start so that it
 // costs none of it, what sessions whose launcher was killed left behind.
-func (s *session) collectDeadSessions(ctx context.Context, labelled []podman.Object, runtimeDir string) {
+func (s *session) collectDeadSessions(ctx context.Context, runtimeDir string) {
 	// Not the session's own context: once the exit code is handed back, a
 	// signal (a user's kill of the keeper, say) must not cut the
 	// collection short, and the teardown waits for it anyway. Before
@@ -320,6 +325,10 @@ func (s *session) collectDeadSessions(ctx context.Context, labelled []podman.Obj
 		defer close(done)
 		defer cancel()
 		defer stop()
+		labelled, err := s.eng.ListLabelled(cctx, labelSession)
+		if err != nil {
+			return
+		}
 		_, _ = removeStale(cctx, s.eng, labelled, runtimeDir)
 	}()
 	// Before the API service stops.

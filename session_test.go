@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/podman"
 	"github.com/agent-sandbox/agent-sandbox/internal/routerconf"
 	"github.com/agent-sandbox/agent-sandbox/internal/sessionreg"
 )
@@ -55,8 +58,11 @@ func (f sessionFixture) session(set settings, out io.Writer) *session {
 // runSession runs a session with cfg against eng as launch does once the
 // API service runs, on a machine whose environment sets nothing, and
 // returns the exit code and what the session said on stderr.
+// The collection of dead sessions, which runs beside the start, is left
+// out: these tests follow the session's own steps
+// (TestSessionCollectsDeadSessionsBesideItsStart has it).
 func runSession(ctx context.Context, eng engine, cfg sessionFixture) (int, func() string) {
-	return runSessionWith(ctx, eng, settingsFrom(nil), cfg)
+	return runSessionWith(ctx, eng, settingsFrom(map[string]string{"AGENT_SANDBOX_NO_START_GC": "1"}), cfg)
 }
 
 // runSessionWith is runSession with the settings set.
@@ -72,7 +78,6 @@ func runSessionWith(ctx context.Context, eng engine, set settings, cfg sessionFi
 var (
 	// setupCalls come first and in this order.
 	setupCalls = []string{
-		"ListLabelled " + labelSession,
 		"ImageExists localhost/agent-sandbox:dev",
 		"ImageExists localhost/agent-sandbox-router:dev",
 		"VolumeInspect agent-sandbox-home",
@@ -593,4 +598,41 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 	}
 	s.undo.unwind(context.Background())
 	s.made.project.close()
+}
+
+// TestSessionCollectsDeadSessionsBesideItsStart: a session removes what
+// killed sessions left, off its own path (the list is taken beside the
+// start, which a teardown still running in the shared service would slow),
+// never a live session's, and starts all the same when the list fails.
+func TestSessionCollectsDeadSessionsBesideItsStart(t *testing.T) {
+	cmd := exec.Command("true")
+	must(t, cmd.Run())
+	deadOwner := strconv.Itoa(cmd.Process.Pid) + "@1"
+	objs := []podman.Object{
+		{Kind: "container", Name: "dead-router", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}},
+		{Kind: "pod", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}},
+		{Kind: "pod", Name: "live", Labels: map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}},
+	}
+	for _, listFails := range []bool{false, true} {
+		eng := newFakeEngine()
+		eng.labelled = objs
+		eng.runCode = 4
+		if listFails {
+			eng.failOn = "ListLabelled " + labelSession
+		}
+		code, stderr := runSessionWith(context.Background(), eng, settingsFrom(nil), testConfig(t))
+		if code != 4 {
+			t.Fatalf("list fails %v: exit code = %d, want the agent's 4; stderr: %s", listFails, code, stderr())
+		}
+		if !slices.Contains(eng.calls, "ListLabelled "+labelSession) {
+			t.Errorf("list fails %v: the dead sessions were not looked for:\n%s", listFails, strings.Join(eng.calls, "\n"))
+		}
+		removed := slices.ContainsFunc(eng.calls, func(c string) bool { return c == "PodRemove dead" || c == "ContainerRemove dead-router" })
+		if removed == listFails {
+			t.Errorf("list fails %v: dead session's objects removed %v:\n%s", listFails, removed, strings.Join(eng.calls, "\n"))
+		}
+		if slices.Contains(eng.calls, "PodRemove live") {
+			t.Errorf("a live session's pod was removed")
+		}
+	}
 }
