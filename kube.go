@@ -53,9 +53,10 @@ PersistentVolumeClaim) and NetworkPolicies that let the agent's pod reach
 the router alone and the router nothing but the internet outside private
 ranges. Apply them with kubectl apply -f, attach with kubectl attach -it,
 remove them with kubectl delete -f. Arguments after -- replace the agent's
-command. When credentials are found (as for a session), the output holds
-them: it is written 0600 with -o, which must be outside the project (a
-session there could read or change it).`,
+command. The output holds the sandbox's link key, which lets a pod use its
+router, and the credentials when some are found (as for a session): it is
+written 0600 with -o, which, like a redirected stdout, must be outside the
+project (a session there could read or change it).`,
 		Example: `  agent-sandbox kube export -o ~/sandbox.yaml
   agent-sandbox kube export | kubectl apply -f -
   agent-sandbox kube export --namespace agents --name review-bot --agent codex
@@ -90,6 +91,15 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 	if err := outsideProject(a.output, pwd, dir); err != nil {
 		return err
 	}
+	if a.output == "" {
+		// A shell's redirection is an -o the user did not name.
+		if p := redirectedTo(stdout); p != "" {
+			if err := outsideProject(p, pwd, dir); err != nil {
+				return refusef("stdout is redirected to %s, inside the project %s, where the agent of a session in it could read the link key and your credentials from it or change what you apply: "+
+					"redirect it outside (> ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", p, projectTop(dir), filepath.Base(projectTop(dir)))
+			}
+		}
+	}
 	s, err := kubeSandbox(set, a, dir, errOut)
 	if err != nil {
 		return err
@@ -105,6 +115,9 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 	if len(s.Credentials) > 0 {
 		iostreams.Say(errOut, "the Secret %s-credentials in the manifests holds your credentials: keep them private, and apply them only to a cluster you trust with them", s.Name)
 	}
+	// The link key is in every export: whoever reads it can talk to the
+	// router as the agent's forwarder does.
+	iostreams.Say(errOut, "the manifests hold this sandbox's link key, which lets a pod use its router (and any key the router adds): keep them private, out of the project and out of git")
 	if a.output == "" {
 		_, err = stdout.Write(out)
 		return err
@@ -129,19 +142,41 @@ func outsideProject(output, pwd, dir string) error {
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(pwd, p)
 	}
-	// The repository's top too, when the export runs in a directory of
-	// it: a session launched there mounts the whole tree.
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
-			dir = d
-			break
-		}
-	}
+	dir = projectTop(dir)
 	if inside(realpath(p), dir) {
 		return refusef("-o %s is inside the project %s, where the agent of a session in it could read your credentials from it or change what you apply: "+
 			"write it outside (-o ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", output, dir, filepath.Base(dir))
 	}
 	return nil
+}
+
+// projectTop is the project a session could mount from dir: the
+// repository's top when dir is in one (a session launched there mounts the
+// whole tree), else dir.
+func projectTop(dir string) string {
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d
+		}
+	}
+	return dir
+}
+
+// redirectedTo is the regular file w writes to, "" when w is a terminal, a
+// pipe or no file at all.
+func redirectedTo(w io.Writer) string {
+	f, ok := w.(*os.File)
+	if !ok {
+		return ""
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil || !filepath.IsAbs(p) {
+		return ""
+	}
+	return p
 }
 
 // kubeSandbox is what the export writes for dir: the allowlist, the agent,

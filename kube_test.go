@@ -174,6 +174,30 @@ func TestKubeExportOutputOutsideTheProject(t *testing.T) {
 		t.Errorf("-o ../sandbox.yaml from the repository's docs/: got %v, want the refusal", err)
 	}
 	t.Chdir(dir)
+	// A shell's redirection into the project: refused, nothing written.
+	redirected, err := os.Create(filepath.Join(dir, "redirected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redirected.Close()
+	if err := kubeExport(t.Context(), set, kubeExportArgs{}, redirected, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "stdout is redirected to") || !strings.Contains(err.Error(), "kubectl apply -f -") {
+		t.Errorf("> redirected.yaml in the project: got %v, want the refusal", err)
+	}
+	if fi, err := redirected.Stat(); err != nil || fi.Size() != 0 {
+		t.Errorf("the refused export wrote into the redirected file (%v)", err)
+	}
+	// Outside, the same redirection is written.
+	outside, err := os.Create(filepath.Join(t.TempDir(), "redirected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	if err := kubeExport(t.Context(), set, kubeExportArgs{}, outside, &bytes.Buffer{}); err != nil {
+		t.Errorf("> a file outside the project: %v", err)
+	}
+	if fi, err := outside.Stat(); err != nil || fi.Size() == 0 {
+		t.Errorf("the export outside the project wrote nothing (%v)", err)
+	}
 	out := filepath.Join(t.TempDir(), "sandbox.yaml")
 	if err := kubeExport(t.Context(), set, kubeExportArgs{output: out}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,26 @@ const linkKeyHex = 64
 
 // linkTimeout bounds how long the front waits for a client's preamble.
 const linkTimeout = 5 * time.Second
+
+// maxPendingLinks bounds the connections a front holds while it waits for
+// their preamble: past it, a new one is closed at once, so that a flood of
+// silent connections (from any pod the network lets through) costs the
+// router a bounded number of descriptors and the agent's own connections
+// still get through as the waiting ones time out.
+const maxPendingLinks = 256
+
+var pendingLinks = make(chan struct{}, maxPendingLinks)
+
+// refusals counts the front's refusals: the first ten are logged each,
+// then every power of two, so that a flood cannot fill the router's log.
+var refusals atomic.Int64
+
+func logRefusal(l *listener, format string, args ...any) {
+	n := refusals.Add(1)
+	if n <= 10 || n&(n-1) == 0 {
+		fmt.Fprintf(l.log, "forwarder: "+format+" (refusal %d)\n", append(args, n)...)
+	}
+}
 
 // linkRefusal is what a client without the key reads before the front
 // closes: a cluster's admin who points a pod at the router learns why.
@@ -62,6 +83,14 @@ func linked(fs []forward, preamble []byte) []forward {
 // against the fixed prefix (a client that sends something else is refused
 // at its first byte), then the key, compared in constant time.
 func checkLink(l *listener, client net.Conn) (ok bool) {
+	select {
+	case pendingLinks <- struct{}{}:
+		defer func() { <-pendingLinks }()
+	default:
+		logRefusal(l, "refused a connection from %s on %s: %d connections already wait for their link key", client.RemoteAddr(), l.ln.Addr(), maxPendingLinks)
+		_ = client.Close()
+		return false
+	}
 	want := l.wantLink
 	got := make([]byte, len(want))
 	_ = client.SetReadDeadline(time.Now().Add(linkTimeout))
@@ -91,7 +120,7 @@ func checkLink(l *listener, client net.Conn) (ok bool) {
 	if n == len(want) && (subtle.ConstantTimeCompare(got, want) == 1 || (mutated("front-any-link-key") && string(got[:len(linkPrefix)]) == linkPrefix)) {
 		return true
 	}
-	fmt.Fprintf(l.log, "forwarder: refused a connection from %s on %s: no link key\n", client.RemoteAddr(), l.ln.Addr())
+	logRefusal(l, "refused a connection from %s on %s: no link key", client.RemoteAddr(), l.ln.Addr())
 	_, _ = io.WriteString(client, linkRefusal)
 	// What the client sent past the refused byte is read, briefly, before
 	// the close: closing with it unread would send a reset, which can

@@ -21,6 +21,7 @@ func TestTheLinkKeyLetsTheAgentsForwarderAloneThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refusals.Store(0) // each of this test's refusals is logged
 	var reached atomic.Int32
 	up := addrOf(startUpstream(t, func(c *net.TCPConn) { reached.Add(1); echo(c) }))
 	frontAddrs, log := startRelays(t, forward{listen: ap("127.0.0.1:0"), target: up, wantLink: preamble})
@@ -54,7 +55,7 @@ func TestTheLinkKeyLetsTheAgentsForwarderAloneThrough(t *testing.T) {
 		}
 	}
 	log.waitFor(t, "no link key", 5*time.Second)
-	if n := strings.Count(log.String(), "no link key"); n != 4 {
+	if n := strings.Count(log.String(), "no link key (refusal "); n != 4 {
 		t.Errorf("the front logged %d refusals, want 4:\n%s", n, log.String())
 	}
 	if reached.Load() != 1 {
@@ -104,4 +105,49 @@ func writeForwardsFile(t *testing.T, dir, body string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// A front holds at most maxPendingLinks connections waiting for their
+// preamble: past that, a new one is closed at once, and the key's holder
+// gets through as soon as the waiting ones are gone.
+func TestTheFrontBoundsConnectionsWaitingForTheKey(t *testing.T) {
+	preamble, err := parseLinkKey(strings.Repeat("5c", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := addrOf(startUpstream(t, echo))
+	frontAddrs, log := startRelays(t, forward{listen: ap("127.0.0.1:0"), target: up, wantLink: preamble})
+	var silent []*net.TCPConn
+	for range maxPendingLinks {
+		silent = append(silent, dial(t, frontAddrs[0]))
+	}
+	log.waitFor(t, "forwarder: ready", time.Second)
+	// The one past the bound: closed without waiting for anything.
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(log.String(), "already wait for their link key") {
+		c := dial(t, frontAddrs[0])
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if n, _ := c.Read(make([]byte, 1)); n != 0 {
+			t.Fatal("a connection past the bound was answered")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection was refused past %d waiting:\n%s", maxPendingLinks, log.String())
+		}
+	}
+	for _, c := range silent {
+		_ = c.Close()
+	}
+	agent := linked([]forward{{listen: ap("127.0.0.1:0"), target: ap(frontAddrs[0])}}, preamble)
+	agentAddrs, _ := startRelays(t, agent...)
+	for start := time.Now(); ; {
+		c := dial(t, agentAddrs[0])
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		go func() { _, _ = c.Write([]byte("ping")); _ = c.CloseWrite() }()
+		if got, _ := io.ReadAll(c); string(got) == "ping" {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the key's holder did not get through once the waiting connections closed")
+		}
+	}
 }

@@ -83,7 +83,13 @@ type caServer struct {
 }
 
 func listenCA(addr netip.AddrPort, dir string, logger *log.Logger) (*caServer, error) {
-	ln, err := net.Listen("tcp", addr.String())
+	// tcp4 for an IPv4 address: "tcp" would make 0.0.0.0 a dual-stack
+	// socket that answers on the pod's IPv6 addresses too.
+	network := "tcp"
+	if addr.Addr().Is4() {
+		network = "tcp4"
+	}
+	ln, err := net.Listen(network, addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("ca port: %w", err)
 	}

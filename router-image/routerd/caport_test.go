@@ -2,13 +2,18 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func httpGet(t *testing.T, url string, want int) []byte {
@@ -122,5 +127,25 @@ func TestCAListenConfig(t *testing.T) {
 		if _, err := configFromEnv(tc.env, "testdata/missing", "/etc/router"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want %q, got %v", tc.want, err)
 		}
+	}
+}
+
+// On 0.0.0.0 the CA port answers on the pod's IPv4 addresses alone, not on
+// its IPv6 ones (a dual-stack socket would).
+func TestCAPortListensOnIPv4Alone(t *testing.T) {
+	s, err := listenCA(netip.MustParseAddrPort("0.0.0.0:0"), t.TempDir(), log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	port := s.ln.Addr().(*net.TCPAddr).Port
+	if c, err := net.DialTimeout("tcp4", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err != nil {
+		t.Fatalf("IPv4: %v", err)
+	} else {
+		c.Close()
+	}
+	if c, err := net.DialTimeout("tcp6", fmt.Sprintf("[::1]:%d", port), time.Second); err == nil {
+		c.Close()
+		t.Errorf("the CA port on 0.0.0.0 answered on [::1]")
 	}
 }
