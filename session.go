@@ -279,7 +279,14 @@ func (s *session) runOn(ctx context.Context, eng engine, runtimeDir string) erro
 // refuse the session, then the networks, the router and the pod.
 func (s *session) start(ctx context.Context, runtimeDir string) error {
 	if !s.set.noStartGC {
-		s.collectDeadSessions(ctx, runtimeDir)
+		// Listed first, then collected beside the start: a list taken
+		// beside it contends with the start's own calls for the service
+		// (bench/HISTORY.md, 2026-12-04 05:30).
+		labelled, err := s.eng.ListLabelled(ctx, labelSession)
+		if err != nil {
+			return err
+		}
+		s.collectDeadSessions(ctx, labelled, runtimeDir)
 	}
 	if err := ensureImages(ctx, s.eng, s.set, s.cfg.agentImages(s.set), s.cfg.name, s.out); err != nil {
 		return err
@@ -309,7 +316,7 @@ const collectTimeout = 30 * time.Second
 
 // collectDeadSessions removes, beside this session's start so that it
 // costs none of it, what sessions whose launcher was killed left behind.
-func (s *session) collectDeadSessions(ctx context.Context, runtimeDir string) {
+func (s *session) collectDeadSessions(ctx context.Context, labelled []podman.Object, runtimeDir string) {
 	// Not the session's own context: once the exit code is handed back, a
 	// signal (a user's kill of the keeper, say) must not cut the
 	// collection short, and the teardown waits for it anyway. Before
@@ -325,10 +332,6 @@ func (s *session) collectDeadSessions(ctx context.Context, runtimeDir string) {
 		defer close(done)
 		defer cancel()
 		defer stop()
-		labelled, err := s.eng.ListLabelled(cctx, labelSession)
-		if err != nil {
-			return
-		}
 		_, _ = removeStale(cctx, s.eng, labelled, runtimeDir)
 	}()
 	// Before the API service stops.

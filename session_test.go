@@ -601,9 +601,8 @@ func TestOverlappingSessionsAreRefusedBeforeTheScan(t *testing.T) {
 }
 
 // TestSessionCollectsDeadSessionsBesideItsStart: a session removes what
-// killed sessions left, off its own path (the list is taken beside the
-// start, which a teardown still running in the shared service would slow),
-// never a live session's, and starts all the same when the list fails.
+// killed sessions left, never a live session's, beside its own start; a
+// list that fails stops the session before it creates anything.
 func TestSessionCollectsDeadSessionsBesideItsStart(t *testing.T) {
 	cmd := exec.Command("true")
 	must(t, cmd.Run())
@@ -613,26 +612,28 @@ func TestSessionCollectsDeadSessionsBesideItsStart(t *testing.T) {
 		{Kind: "pod", Name: "dead", Labels: map[string]string{labelSession: "dead", labelOwner: deadOwner}},
 		{Kind: "pod", Name: "live", Labels: map[string]string{labelSession: "live", labelOwner: ownerID(os.Getpid())}},
 	}
-	for _, listFails := range []bool{false, true} {
-		eng := newFakeEngine()
-		eng.labelled = objs
-		eng.runCode = 4
-		if listFails {
-			eng.failOn = "ListLabelled " + labelSession
+	eng := newFakeEngine()
+	eng.labelled = objs
+	eng.runCode = 4
+	code, stderr := runSessionWith(context.Background(), eng, settingsFrom(nil), testConfig(t))
+	if code != 4 {
+		t.Fatalf("exit code = %d, want the agent's 4; stderr: %s", code, stderr())
+	}
+	if eng.calls[0] != "ListLabelled "+labelSession {
+		t.Errorf("the dead sessions were not looked for first:\n%s", strings.Join(eng.calls, "\n"))
+	}
+	for _, want := range []string{"PodRemove dead", "ContainerRemove dead-router"} {
+		if !slices.Contains(eng.calls, want) {
+			t.Errorf("no %s:\n%s", want, strings.Join(eng.calls, "\n"))
 		}
-		code, stderr := runSessionWith(context.Background(), eng, settingsFrom(nil), testConfig(t))
-		if code != 4 {
-			t.Fatalf("list fails %v: exit code = %d, want the agent's 4; stderr: %s", listFails, code, stderr())
-		}
-		if !slices.Contains(eng.calls, "ListLabelled "+labelSession) {
-			t.Errorf("list fails %v: the dead sessions were not looked for:\n%s", listFails, strings.Join(eng.calls, "\n"))
-		}
-		removed := slices.ContainsFunc(eng.calls, func(c string) bool { return c == "PodRemove dead" || c == "ContainerRemove dead-router" })
-		if removed == listFails {
-			t.Errorf("list fails %v: dead session's objects removed %v:\n%s", listFails, removed, strings.Join(eng.calls, "\n"))
-		}
-		if slices.Contains(eng.calls, "PodRemove live") {
-			t.Errorf("a live session's pod was removed")
-		}
+	}
+	if slices.Contains(eng.calls, "PodRemove live") {
+		t.Errorf("a live session's pod was removed")
+	}
+	eng = newFakeEngine()
+	eng.labelled = objs
+	eng.failOn = "ListLabelled " + labelSession
+	if code, _ := runSessionWith(context.Background(), eng, settingsFrom(nil), testConfig(t)); code != exitPodman || len(eng.calls) != 1 {
+		t.Errorf("a failed list: exit %d after %v, want %d and nothing else asked", code, eng.calls, exitPodman)
 	}
 }
