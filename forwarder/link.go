@@ -16,9 +16,12 @@ import (
 // user's API keys: NetworkPolicy alone would decide whose requests carry
 // them. So the agent pod's forwarder opens each TCP connection to the
 // router with a preamble holding a key from a Secret that only it and the
-// router's front mount, and the front drops every connection that does not
-// start with it. The agent never holds the key (it is in the forwarder's
-// container alone), so nothing it leaks lets another pod in.
+// router's front take (in their environment), and the front drops every
+// connection that does not start with it. The agent never holds the key
+// (it is in the forwarder's container alone). It shares the forwarder's
+// network namespace, though, so it could relay others' connections
+// through it: the agent pod's ingress policy is what stops that
+// (SECURITY.md, On Kubernetes).
 
 // linkPrefix starts the preamble: the key in hex and a newline follow.
 const linkPrefix = "agent-sandbox-link "
