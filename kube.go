@@ -94,9 +94,9 @@ func kubeExport(_ context.Context, set settings, a kubeExportArgs, stdout, errOu
 	if a.output == "" {
 		// A shell's redirection is an -o the user did not name.
 		if p := redirectedTo(stdout); p != "" {
-			if err := outsideProject(p, pwd, dir); err != nil {
+			if top := projectTop(dir); inside(realpath(p), top) && !mutated("kube-output-in-project") {
 				return refusef("stdout is redirected to %s, inside the project %s, where the agent of a session in it could read the link key and your credentials from it or change what you apply: "+
-					"redirect it outside (> ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", p, projectTop(dir), filepath.Base(projectTop(dir)))
+					"redirect it outside (> ~/%s.yaml), or pipe it: agent-sandbox kube export | kubectl apply -f -", p, top, filepath.Base(top))
 			}
 		}
 	}

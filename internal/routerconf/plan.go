@@ -642,7 +642,8 @@ func (p Plan) ForwardsVia(routerIP string) string {
 // forwarder with FORWARDER_ROLE=front, FrontForwards): in a cluster, where
 // every pod the network lets through reaches the router pod's address, and
 // the front lets in only connections that carry the sandbox's link key.
-// dnsmasq still answers on every address (it hands out loopback addresses
+// DNS stays on the pod's address (routerd's DNS front takes port 53 there
+// and moves dnsmasq behind it on loopback; it hands out loopback addresses
 // and asks no one); the host:port entries' servers listen on the pod's
 // loopback, behind the front, and the API gates there too, where only
 // routerd's inspecting proxy reaches them.
