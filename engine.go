@@ -26,15 +26,20 @@ type engine interface {
 	ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) error
 	// ContainerStartReady starts a container and waits until it prints a
 	// line containing ready; it fails if the container exits first or
-	// says nothing of the kind within timeout.
-	ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration) error
+	// says nothing of the kind within timeout. started, if not nil, is
+	// called once the container has started.
+	ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration, started func()) error
 	// ContainerLogs returns the last lines of a container's output (all of
 	// it when lines is 0).
 	ContainerLogs(ctx context.Context, name string, lines int) string
-	// ContainerRun attaches the streams, starts the container and waits
-	// for it; it returns the container's exit code. With tty the terminal
-	// on the streams is the container's: raw, and resized with it.
-	ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error)
+	// ContainerStart starts a container.
+	ContainerStart(ctx context.Context, name string) error
+	// ContainerRun attaches the streams, has the container begin and
+	// waits for it; it returns the container's exit code. begin nil
+	// starts it; a container started already behind a gate is begun by
+	// opening the gate. With tty the terminal on the streams is the
+	// container's: raw, and resized with it.
+	ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool, begin func() error) (int, error)
 	// ContainerWait returns when the container has stopped.
 	ContainerWait(ctx context.Context, name string) error
 	ContainerStop(ctx context.Context, name string, timeout time.Duration) error
@@ -52,6 +57,8 @@ type engine interface {
 	VolumeRemove(ctx context.Context, name string) error
 	// ImageExists reports whether an image is in local storage.
 	ImageExists(ctx context.Context, name string) (bool, error)
+	// ImageUser is the user an image runs as ("" when it names none).
+	ImageUser(ctx context.Context, name string) (string, error)
 	// ImageBuild builds and tags an image, writing podman's build output
 	// to out.
 	ImageBuild(ctx context.Context, b podman.ImageBuild, out io.Writer) error

@@ -39,11 +39,16 @@ type fakeEngine struct {
 	// runCode is what the agent exits with; runHook runs inside ContainerRun.
 	runCode int
 	runHook func(ctx context.Context) error
+	// beforeBegin runs inside ContainerRun before it begins the
+	// container (starts it, or opens its gate).
+	beforeBegin func()
 
 	// stopped[name], once closed, makes ContainerWait(name) return: the
 	// helper container died. ContainerWait is not recorded, since it runs
 	// beside the agent.
 	stopped map[string]chan struct{}
+	// imageUsers are images' users; any other image runs as claude.
+	imageUsers map[string]string
 	// missingImages are reported absent by ImageExists, until built or
 	// pulled.
 	missingImages map[string]bool
@@ -159,9 +164,12 @@ func (f *fakeEngine) ContainerCreate(ctx context.Context, s *specgen.SpecGenerat
 	return nil
 }
 
-func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string, _ time.Duration) error {
+func (f *fakeEngine) ContainerStartReady(ctx context.Context, name, ready string, _ time.Duration, started func()) error {
 	if err := f.create(ctx, "ContainerStartReady", name+" "+ready); err != nil {
 		return err
+	}
+	if started != nil {
+		started()
 	}
 	if f.notReady == name {
 		return fmt.Errorf("%s exited before it was ready: %w", name, podman.ErrNotReady)
@@ -183,9 +191,21 @@ func (f *fakeEngine) ContainerLogs(_ context.Context, name string, lines int) st
 	return "nginx: [emerg] fake log line"
 }
 
-func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ *iostreams.Streams, _ bool) (int, error) {
+func (f *fakeEngine) ContainerStart(ctx context.Context, name string) error {
+	return f.create(ctx, "ContainerStart", name)
+}
+
+func (f *fakeEngine) ContainerRun(ctx context.Context, name string, _ *iostreams.Streams, _ bool, begin func() error) (int, error) {
 	if err := f.create(ctx, "ContainerRun", name); err != nil {
 		return -1, err
+	}
+	if f.beforeBegin != nil {
+		f.beforeBegin()
+	}
+	if begin != nil {
+		if err := begin(); err != nil {
+			return -1, err
+		}
 	}
 	if f.runHook != nil {
 		if err := f.runHook(ctx); err != nil {
@@ -245,6 +265,18 @@ func (f *fakeEngine) ListVolumes(_ context.Context, label string) ([]podman.Volu
 
 func (f *fakeEngine) VolumeRemove(_ context.Context, name string) error {
 	return f.record("VolumeRemove", name)
+}
+
+func (f *fakeEngine) ImageUser(ctx context.Context, name string) (string, error) {
+	if err := f.create(ctx, "ImageUser", name); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u, ok := f.imageUsers[name]; ok {
+		return u, nil
+	}
+	return "claude", nil
 }
 
 func (f *fakeEngine) ImageExists(ctx context.Context, name string) (bool, error) {

@@ -89,14 +89,14 @@ func TestCheckPublished(t *testing.T) {
 	}
 }
 
-func TestPublishedPortsInThePodAndTheForwarder(t *testing.T) {
+func TestPublishedPortsOnTheForwardersNamespace(t *testing.T) {
 	eng := newFakeEngine()
 	cfg := testConfig(t)
 	cfg.published = []publishedPort{{8080, 8000}, {8001, 8001}}
 	runSession(context.Background(), eng, cfg)
-	p := eng.pods[testSession]
+	p := eng.containers[testSession+"-forwarder"]
 	if got := p.Networks[testSession].StaticIPs; len(got) != 1 || got[0].String() != "10.89.7.3" {
-		t.Errorf("pod address %v, want 10.89.7.3 (fixed, for the forwarder's listeners)", got)
+		t.Errorf("the forwarder's address %v, want 10.89.7.3 (fixed, for the forwarder's listeners)", got)
 	}
 	if len(p.PortMappings) != 2 {
 		t.Fatalf("port mappings %+v", p.PortMappings)

@@ -53,10 +53,10 @@ func newRouterFiles(dir, routerIP string, creds credPlan) (*routerFiles, error) 
 	if err := os.Mkdir(caDirOf(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
 	}
-	// The agent's container is created while the router starts, and
-	// podman wants a bind mount's source to exist then: routerd renames its
-	// bundle over this empty one before it is ready, and the agent's
-	// container, started after that, mounts the path as it is then.
+	// The agent's container is created and started while the router
+	// starts, and its bind mount holds the inode it finds: routerd writes
+	// its bundle into this one (inspect.writeInPlace) before it is ready,
+	// and the agent's command runs only after that (gate.go).
 	if err := os.WriteFile(filepath.Join(caDirOf(dir), caBundleFile), nil, 0o644); err != nil {
 		return nil, fmt.Errorf("cannot make the router's CA dir: %w", err)
 	}

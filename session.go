@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
@@ -79,6 +80,10 @@ type sessionMade struct {
 	tmp string
 	// cred is what the router adds credentials for (credentials.go).
 	cred sessionCredentials
+	// gate holds the agent's command back while its container starts
+	// beside the helpers (gate.go); nil in a build without the
+	// forwarder's binary, whose agent starts after them.
+	gate *agentGate
 }
 
 // session is one run of the agent. Its start steps each push their undo
@@ -241,6 +246,14 @@ func (s *session) makeDirs(runtimeDir string) error {
 	}
 	s.undo.push("the session's dir "+tmp, func(context.Context) error { return os.RemoveAll(tmp) })
 	s.made.tmp = tmp
+	gate, err := makeGate(tmp, runtimeDir, imageContexts, s.set.findInit)
+	switch {
+	case errors.Is(err, errNoGate):
+	case err != nil:
+		return refused(err)
+	default:
+		s.made.gate = gate
+	}
 	cred, warnings, err := credentialsFor(s.set, s.cfg.env, runtimeDir, s.cfg.name)
 	for _, w := range warnings {
 		iostreams.Say(s.out, "%s", w)
@@ -454,40 +467,86 @@ func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cl
 		func(ctx context.Context) error { return s.eng.ContainerRemove(ctx, spec.Name) }); err != nil {
 		return err
 	}
-	return s.startReady(ctx, spec.Name, "routerd: ready")
+	return s.startReady(ctx, spec.Name, "routerd: ready", nil)
 }
 
-// startPod creates the pod, starts its loopback forwarder and creates the
-// agent's container: removing the pod removes both.
+// startPod creates the pod and its forwarder, which holds the sandbox's
+// network namespace, and starts it; the agent's container is created
+// while it starts and, behind its gate, started once the forwarder's
+// namespace is up. Removing the pod removes both.
 func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
-	p, err := podSpec(s.names, s.labels, routerIP, s.cfg.published)
-	if err != nil {
-		return err
-	}
-	if err := created(ctx, undo, "pod "+p.Name, func() error { return s.eng.PodCreate(ctx, p) },
-		func(ctx context.Context) error { return s.eng.PodRemove(ctx, p.Name) }); err != nil {
-		return err
-	}
-	// The agent is created (not started) while the forwarder starts, so
-	// that only its start is left once both helpers are ready.
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		spec := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg, s.made)
-		// The runtime resolves the mounts' sources again, following links:
-		// they must still be what the scan saw.
-		if err := s.made.project.verify(); err != nil {
-			return refused(err)
+	// Asked first, beside the pod's and the forwarder's creation: an image
+	// that names no user runs as the sandbox's (1000). In a pod's user
+	// namespace it did; joining the forwarder's, it would be root there,
+	// the forwarder's own user.
+	var imageUser string
+	userFound := make(chan struct{})
+	g.Go(func() (err error) {
+		imageUser, err = s.eng.ImageUser(gctx, s.cfg.image)
+		if err == nil {
+			close(userFound)
 		}
-		return s.eng.ContainerCreate(gctx, spec)
+		return err
 	})
+	// The agent joins the forwarder's namespaces: it is created once the
+	// forwarder is, and started once the forwarder has started (else
+	// podman would start the forwarder itself, before the wait for its
+	// ready line is attached).
+	forwarderStarted := make(chan struct{})
+	var once sync.Once // a start tried again calls back again
 	g.Go(func() error {
-		f := forwarderSpec(s.set.routerImage, s.names, s.labels, s.made.tmp, s.cfg.host)
+		p := podSpec(s.names, s.labels)
+		if err := created(gctx, undo, "pod "+p.Name, func() error { return s.eng.PodCreate(gctx, p) },
+			func(ctx context.Context) error { return s.eng.PodRemove(ctx, p.Name) }); err != nil {
+			return err
+		}
+		f, err := forwarderSpec(s.set.routerImage, s.names, s.labels, s.made.tmp, s.cfg.host, routerIP, s.cfg.published)
+		if err != nil {
+			return err
+		}
 		if err := s.eng.ContainerCreate(gctx, f); err != nil {
 			return err
 		}
-		return s.startReady(gctx, f.Name, "forwarder: ready")
+		g.Go(func() error {
+			select {
+			case <-userFound:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			return s.createAgent(gctx, imageUser, forwarderStarted)
+		})
+		return s.startReady(gctx, f.Name, "forwarder: ready", func() { once.Do(func() { close(forwarderStarted) }) })
 	})
 	return g.Wait()
+}
+
+// createAgent creates the agent's container, imageUser being the user its
+// image names, and, behind its gate, starts it once the forwarder has
+// started.
+func (s *session) createAgent(ctx context.Context, imageUser string, forwarderStarted <-chan struct{}) error {
+	spec, err := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg, s.made)
+	if err != nil {
+		return err
+	}
+	if imageUser == "" {
+		spec.User = sandboxUser
+	}
+	// The runtime resolves the mounts' sources again, following links:
+	// they must still be what the scan saw.
+	if err := s.made.project.verify(); err != nil {
+		return refused(err)
+	}
+	if err := s.eng.ContainerCreate(ctx, spec); err != nil || s.made.gate == nil {
+		return err
+	}
+	select {
+	case <-forwarderStarted:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Behind its gate, which run opens once both helpers are ready.
+	return s.eng.ContainerStart(ctx, spec.Name)
 }
 
 // readyTimeout bounds the wait for the router and the forwarder.
@@ -496,8 +555,8 @@ var readyTimeout = 10 * time.Second
 // startReady starts a helper container and waits for its ready line. A
 // helper that never gets ready refuses the session with its log's lines
 // that say why.
-func (s *session) startReady(ctx context.Context, name, ready string) error {
-	err := s.eng.ContainerStartReady(ctx, name, ready, readyTimeout)
+func (s *session) startReady(ctx context.Context, name, ready string, started func()) error {
+	err := s.eng.ContainerStartReady(ctx, name, ready, readyTimeout, started)
 	if err == nil || ctx.Err() != nil || !errors.Is(err, podman.ErrNotReady) {
 		return err
 	}
@@ -536,7 +595,11 @@ func (s *session) run(ctx context.Context) error {
 		iostreams.Say(s.out, "%s", l)
 	}
 	s.agentStarted = true
-	code, err := runAgent(ctx, s.eng, s.names, s.set.streams, s.cfg.tty, s.stopOnRequest)
+	var begin func() error
+	if s.made.gate != nil {
+		begin = s.made.gate.open
+	}
+	code, err := runAgent(ctx, s.eng, s.names, s.set.streams, s.cfg.tty, begin, s.stopOnRequest)
 	s.agentExited = err == nil
 	if err == nil {
 		return agentExit(code)
@@ -578,7 +641,7 @@ func (h helperDied) Error() string { return "the " + h.what + " (" + h.name + ")
 
 // runAgent runs the agent while watching the router and the forwarder: if
 // either stops, egress is already closed, and the agent is stopped too.
-func runAgent(ctx context.Context, eng engine, names sessionNames, streams *iostreams.Streams, tty bool, stopOnRequest func(context.Context)) (int, error) {
+func runAgent(ctx context.Context, eng engine, names sessionNames, streams *iostreams.Streams, tty bool, begin func() error, stopOnRequest func(context.Context)) (int, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go stopOnRequest(runCtx)
@@ -593,7 +656,7 @@ func runAgent(ctx context.Context, eng engine, names sessionNames, streams *iost
 			}
 		}()
 	}
-	code, err := eng.ContainerRun(runCtx, names.agent, streams, tty)
+	code, err := eng.ContainerRun(runCtx, names.agent, streams, tty, begin)
 	if cause := context.Cause(runCtx); err != nil && cause != nil && ctx.Err() == nil {
 		return code, cause
 	}
@@ -613,6 +676,11 @@ func (s *session) teardown(ctx context.Context, result error) {
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
+	if s.made.gate != nil {
+		// A gate not yet opened now ends the agent's container without
+		// running its command.
+		s.made.gate.close()
+	}
 	agentGone := true
 	if s.agentStarted {
 		agentGone = s.endAgent(tctx)

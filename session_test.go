@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/containers/podman/v5/pkg/specgen"
 	"io"
 	"os"
 	"os/exec"
@@ -96,10 +97,13 @@ var (
 		"ContainerCreate " + testSession + "-forwarder",
 		"ContainerStartReady " + testSession + "-forwarder forwarder: ready",
 	}
-	// The agent is created beside the forwarder, after the pod.
-	agentCreate = "ContainerCreate " + testSession + "-claude"
-	agentRun    = "ContainerRun " + testSession + "-claude"
-	happyCalls  = slices.Concat(setupCalls, routerCalls, podCalls, []string{agentCreate, agentRun})
+	// The agent's image is asked for its user beside the pod's and the
+	// forwarder's creation; the agent is created once the forwarder is (it
+	// joins its namespaces), beside the forwarder's start.
+	agentImageUser = "ImageUser "
+	agentCreate    = "ContainerCreate " + testSession + "-claude"
+	agentRun       = "ContainerRun " + testSession + "-claude"
+	happyCalls     = slices.Concat(setupCalls, routerCalls, podCalls, []string{agentImageUser, agentCreate, agentRun})
 )
 
 // undoOf is the removal that undoes a creating call, if it made something
@@ -174,12 +178,13 @@ func TestSessionRunsAgentAndTearsDown(t *testing.T) {
 	if !slices.Equal(eng.calls[:n], setupCalls) {
 		t.Fatalf("setup = %v, want %v", eng.calls[:n], setupCalls)
 	}
-	middle := eng.calls[n : n+6]
+	middle := eng.calls[n : n+7]
 	checkInOrder(t, middle, routerCalls)
 	checkInOrder(t, middle, podCalls)
-	checkInOrder(t, middle, []string{podCalls[0], agentCreate})
-	if eng.calls[n+6] != agentRun {
-		t.Fatalf("call after both helpers = %q, want %q", eng.calls[n+6], agentRun)
+	checkInOrder(t, middle, []string{agentImageUser, agentCreate})
+	checkInOrder(t, middle, []string{podCalls[1], agentCreate})
+	if eng.calls[n+7] != agentRun {
+		t.Fatalf("call after both helpers = %q, want %q", eng.calls[n+7], agentRun)
 	}
 	checkTeardown(t, eng.calls, "")
 	for _, f := range []string{"dnsmasq.conf", "nginx.conf", "forwards"} {
@@ -354,18 +359,23 @@ func TestSessionSpecs(t *testing.T) {
 		t.Errorf("router image = %s", r.Image)
 	}
 
-	p := eng.pods[testSession]
-	if p.Userns.String() != "keep-id:uid=1000,gid=1000" {
-		t.Errorf("pod userns = %q", p.Userns.String())
-	}
-	if len(p.DNSServer) != 1 || p.DNSServer[0].String() != "10.89.7.2" || !p.NoManageHosts || p.Hostname != "agent-sandbox" {
-		t.Errorf("pod dns=%v noManageHosts=%v hostname=%q", p.DNSServer, p.NoManageHosts, p.Hostname)
-	}
-	if _, ok := p.Networks[testSession]; !ok || len(p.Networks) != 1 {
-		t.Errorf("pod networks = %v, want only the session network", p.Networks)
+	if p := eng.pods[testSession]; !p.NoInfra || len(p.Networks) != 0 || p.Labels[labelSession] != testSession {
+		t.Errorf("pod noInfra=%v networks=%v labels=%v, want a labelled pod without an infra container or a network", p.NoInfra, p.Networks, p.Labels)
 	}
 
 	f := eng.containers[testSession+"-forwarder"]
+	if f.UserNS.String() != "keep-id:uid=1000,gid=1000" {
+		t.Errorf("forwarder userns = %q", f.UserNS.String())
+	}
+	if len(f.DNSServers) != 1 || f.DNSServers[0].String() != "10.89.7.2" || f.UseImageHosts == nil || !*f.UseImageHosts {
+		t.Errorf("forwarder dns=%v useImageHosts=%v", f.DNSServers, f.UseImageHosts)
+	}
+	if _, ok := f.Networks[testSession]; !ok || len(f.Networks) != 1 || f.NetNS.NSMode != specgen.Bridge {
+		t.Errorf("forwarder netns %v networks = %v, want only the session network", f.NetNS, f.Networks)
+	}
+	if f.Sysctl["net.ipv6.conf.all.disable_ipv6"] != "1" || f.Sysctl["net.ipv6.conf.default.disable_ipv6"] != "1" {
+		t.Errorf("forwarder sysctls %v, want IPv6 off", f.Sysctl)
+	}
 	if f.Pod != testSession || !*f.ReadOnlyFilesystem || !slices.Equal(f.CapDrop, []string{"all"}) || !slices.Equal(f.CapAdd, []string{"NET_BIND_SERVICE"}) {
 		t.Errorf("forwarder pod=%s ro=%v drop=%v add=%v", f.Pod, *f.ReadOnlyFilesystem, f.CapDrop, f.CapAdd)
 	}
@@ -397,6 +407,14 @@ func TestSessionSpecs(t *testing.T) {
 	if c.Pod != testSession || !*c.Terminal || !*c.Stdin || !*c.Init {
 		t.Errorf("agent pod=%s tty=%v stdin=%v init=%v", c.Pod, *c.Terminal, *c.Stdin, *c.Init)
 	}
+	// The forwarder's network and user namespaces, the image's hosts
+	// file.
+	if c.NetNS.NSMode != specgen.FromContainer || c.NetNS.Value != testSession+"-forwarder" || len(c.Networks) != 0 {
+		t.Errorf("agent netns %+v networks %v, want the forwarder's namespace", c.NetNS, c.Networks)
+	}
+	if c.UserNS.NSMode != specgen.FromContainer || c.UserNS.Value != testSession+"-forwarder" || c.Hostname != "agent-sandbox" || c.UseImageHosts == nil || !*c.UseImageHosts {
+		t.Errorf("agent userns %q hostname %q useImageHosts %v", c.UserNS.String(), c.Hostname, c.UseImageHosts)
+	}
 	for _, capName := range []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"} {
 		if !slices.Contains(c.CapDrop, capName) {
 			t.Errorf("agent keeps %s", capName)
@@ -420,7 +438,7 @@ func TestSessionSpecs(t *testing.T) {
 			t.Errorf("container %s lacks the session label", name)
 		}
 	}
-	if sess.Labels[labelSession] != testSession || p.Labels[labelSession] != testSession {
+	if sess.Labels[labelSession] != testSession || eng.pods[testSession].Labels[labelSession] != testSession {
 		t.Error("network or pod lacks the session label")
 	}
 }

@@ -64,6 +64,9 @@ type settings struct {
 	// machine is what this machine has and lets rootless podman limit,
 	// read when a session needs it.
 	machine func() machine
+	// findInit finds the container init podman runs with --init, which
+	// the agent's gate becomes (gate.go).
+	findInit func() (string, error)
 
 	// keeper hands the exit code back to the foreground process once the
 	// session has reported how it ended (internal/keeper); nil when the
@@ -103,6 +106,7 @@ func newSettings(getenv func(string) (string, bool)) settings {
 	s.agent = get("AGENT_SANDBOX_AGENT")
 	s.noStartGC, s.trace = get("AGENT_SANDBOX_NO_START_GC") != "", get("AGENT_SANDBOX_TRACE") != ""
 	s.machine = probeMachine
+	s.findInit = hostInit
 	// The process's own, until the caller gives the command its streams.
 	s.streams = iostreams.System()
 	s.parsed, s.invalid = parseSettings(s)

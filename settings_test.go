@@ -21,7 +21,15 @@ func lookupIn(env map[string]string) func(string) (string, bool) {
 }
 
 // settingsFrom is the settings of a machine whose environment is env.
-func settingsFrom(env map[string]string) settings { return newSettings(lookupIn(env)) }
+func settingsFrom(env map[string]string) settings {
+	s := newSettings(lookupIn(env))
+	// The host's init, which no unit test runs.
+	s.findInit = func() (string, error) { return testInitPath, nil }
+	return s
+}
+
+// testInitPath is where the unit tests' host has its container init.
+const testInitPath = "/usr/libexec/podman/catatonit"
 
 // runCLIIn is runCLI on a machine whose environment is env.
 func runCLIIn(t *testing.T, env map[string]string, stdin string, args ...string) (int, string, string) {

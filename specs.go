@@ -66,49 +66,43 @@ func routerSpec(image string, names sessionNames, labels map[string]string, rout
 	return r
 }
 
-// podSpec: the pod owns the netns, DNS and hosts file; the agent only
-// joins it.
-func podSpec(names sessionNames, labels map[string]string, routerIP netip.Addr, published []publishedPort) (*specgen.PodSpecGenerator, error) {
-	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
-	if err != nil {
-		return nil, err
-	}
+// podSpec: the pod groups the session's forwarder and agent, so that one
+// removal takes both; it has no infra container (one container fewer to
+// start: bench/HISTORY.md). The forwarder holds the network namespace,
+// which the agent joins.
+func podSpec(names sessionNames, labels map[string]string) *specgen.PodSpecGenerator {
 	p := &specgen.PodSpecGenerator{}
 	p.Name = names.session
 	p.Labels = labels
-	p.Hostname = "agent-sandbox"
-	p.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
-	p.Networks = map[string]types.PerNetworkOptions{names.session: {}}
-	if len(published) > 0 {
-		// The forwarder's published listeners bind the pod's address,
-		// so it is fixed; the host side is 127.0.0.1 alone.
-		p.Networks[names.session] = types.PerNetworkOptions{StaticIPs: []net.IP{podAddress(routerIP).AsSlice()}}
-		hostIP := "127.0.0.1"
-		if mutated("publish-any-address") {
-			hostIP = ""
-		}
-		for i, pp := range published {
-			p.PortMappings = append(p.PortMappings, types.PortMapping{HostIP: hostIP, HostPort: pp.host, ContainerPort: innerPort(i), Protocol: "tcp", Range: 1})
-		}
-	}
-	p.DNSServer = []net.IP{routerIP.AsSlice()}
-	p.NoManageHosts = true
-	// No IPv6 in the pod: link-local would reach podman's rootless netns.
-	p.Sysctl = map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
-	p.Userns = userns
-	return p, nil
+	p.NoInfra = true
+	return p
 }
+
+// sandboxUserns is the forwarder's and the agent's user namespace: the
+// user is uid 1000 inside, the agent's user (sandboxUser, unless its image
+// names another).
+const (
+	sandboxUserns = "keep-id:uid=1000,gid=1000"
+	sandboxUser   = "1000:1000"
+)
 
 // forwarderSpec: loopback forwarders live in their own container, so the
 // agent can neither see, signal nor replace them. They follow the forwards
-// file that the launcher rewrites when the allowlist changes.
-func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string, host limits.Host) *specgen.SpecGenerator {
+// file that the launcher rewrites when the allowlist changes. The
+// forwarder's container owns the sandbox's network namespace (its address
+// on the session network, DNS, published ports), which the agent joins.
+func forwarderSpec(image string, names sessionNames, labels map[string]string, configDir string, host limits.Host, routerIP netip.Addr, published []publishedPort) (*specgen.SpecGenerator, error) {
+	userns, err := specgen.ParseUserNamespace(sandboxUserns)
+	if err != nil {
+		return nil, err
+	}
 	f := newSpec(image, names.forwarder, labels)
-	// Its root has the pod's user namespace to itself (with the pod's
-	// pause process): RLIMIT_NPROC holds everywhere.
+	// Its root has the sandbox's user namespace to itself (the agent
+	// runs as uid 1000 in it): RLIMIT_NPROC holds everywhere.
 	f.ResourceLimits = host.Resources(limits.Forwarder)
 	f.Rlimits = limits.NprocRlimit(limits.Forwarder)
 	f.Pod = names.session
+	f.UserNS = userns
 	f.User = "0:0"
 	f.ReadOnlyFilesystem = ptr(true)
 	f.ReadWriteTmpfs = ptr(true)
@@ -120,12 +114,32 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 		{Type: "bind", Source: tlsDirOf(configDir), Destination: routerconf.TLSSocketDir, Options: []string{"ro", "z"}},
 	}
 	f.Env = map[string]string{"FORWARDS_FILE": "/etc/router/forwards"}
-	return f
+	f.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
+	f.Networks = map[string]types.PerNetworkOptions{names.session: {}}
+	if len(published) > 0 {
+		// The forwarder's published listeners bind the sandbox's
+		// address, so it is fixed; the host side is 127.0.0.1 alone.
+		f.Networks[names.session] = types.PerNetworkOptions{StaticIPs: []net.IP{podAddress(routerIP).AsSlice()}}
+		hostIP := "127.0.0.1"
+		if mutated("publish-any-address") {
+			hostIP = ""
+		}
+		for i, pp := range published {
+			f.PortMappings = append(f.PortMappings, types.PortMapping{HostIP: hostIP, HostPort: pp.host, ContainerPort: innerPort(i), Protocol: "tcp", Range: 1})
+		}
+	}
+	f.UseImageHosts = ptr(true)
+	// The agent takes this resolv.conf with the namespace.
+	f.DNSServers = []net.IP{routerIP.AsSlice()}
+	// No IPv6 in the sandbox: link-local would reach podman's rootless
+	// netns.
+	f.Sysctl = map[string]string{"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+	return f, nil
 }
 
 // agentSpec: the agent runs unprivileged; podman's default bounding set
 // stays, minus what could touch the network, so nested containers work.
-func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig, made sessionMade) *specgen.SpecGenerator {
+func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig, made sessionMade) (*specgen.SpecGenerator, error) {
 	c := newSpec(image, names.agent, labels)
 	// No auto-remove: under load podman's cleanup removed the exited
 	// container before the launcher's wait, and its exit code was lost.
@@ -134,6 +148,16 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	c.Terminal = ptr(cfg.tty)
 	c.Init = ptr(true)
 	c.Pod = names.session
+	// The forwarder's network namespace, where the agent reaches the
+	// router only through it, and its user namespace, which owns that
+	// one (in a user namespace of its own, runc could not mount the
+	// agent's /sys); a hostname and hosts file of its own.
+	c.NetNS = specgen.Namespace{NSMode: specgen.FromContainer, Value: names.forwarder}
+	c.UserNS = specgen.Namespace{NSMode: specgen.FromContainer, Value: names.forwarder}
+	c.Hostname = "agent-sandbox"
+	// The image's /etc/hosts: podman's would name the host, as
+	// host.containers.internal.
+	c.UseImageHosts = ptr(true)
 	c.CapDrop = []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
 	if mutated("net-raw") {
 		// podman's default set no longer has NET_RAW: keeping it means
@@ -150,6 +174,11 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// The system bundle plus the session's CA, which the router's
 	// inspecting proxy signs with, in place of the image's bundle.
 	c.Mounts = append(c.Mounts, spec.Mount{Type: "bind", Source: filepath.Join(caDirOf(made.tmp), caBundleFile), Destination: agentCABundle, Options: []string{"ro"}})
+	if made.gate != nil {
+		// The gate is the init podman runs the agent's command with.
+		c.InitPath = made.gate.binary
+		c.Mounts = append(c.Mounts, made.gate.mounts()...)
+	}
 	c.WorkDir = cfg.launchDir
 	c.Env = agentEnv(cfg.env, made.cred)
 	c.Command = cfg.cmd
@@ -165,7 +194,7 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// can take back to 0 (it starts there as the user's processes do), and
 	// which counts no memory the agent holds in a tmpfs of its own.
 	c.OOMScoreAdj = ptr(agentOOMScoreAdj)
-	return c
+	return c, nil
 }
 
 // agentEnv is the agent's environment: the --env variables, the

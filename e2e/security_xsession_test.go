@@ -252,11 +252,8 @@ func (s *secSuite) xsInspect(a *launcher) (xsAddrs, error) {
 	if err != nil {
 		return x, err
 	}
-	infra, err := podman("pod", "inspect", "--format", "{{.InfraContainerID}}", x.session)
-	if err != nil {
-		return x, err
-	}
-	pod, err := containerNets(strings.TrimSpace(infra))
+	// The forwarder holds the sandbox's network namespace.
+	pod, err := containerNets(x.session + "-forwarder")
 	if err != nil {
 		return x, err
 	}

@@ -175,6 +175,9 @@ const registerDir = "agent-sandbox-sessions"
 // (teardownLog in session.go): the user's file, kept across sessions.
 const teardownLog = "agent-sandbox-teardown.log"
 
+// gateDir holds the launchers' copies of the agent's gate.
+const gateDir = "agent-sandbox-gate"
+
 // serviceDir holds the shared API services' sockets and locks
 // (internal/apiservice.DirName); the locks stay, the socket and the pid
 // file only while a service runs.
@@ -187,7 +190,9 @@ func runtimeEntries() []string {
 	var out []string
 	matches, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "agent-sandbox-*"))
 	for _, m := range matches {
-		if filepath.Base(m) == teardownLog {
+		// The launchers' copies of the agent's gate: a cache the user's
+		// sessions share, which a new copy prunes (gate.go).
+		if filepath.Base(m) == teardownLog || filepath.Base(m) == gateDir {
 			continue
 		}
 		if filepath.Base(m) == serviceDir {

@@ -77,6 +77,9 @@ func (f forward) dialTarget() (string, string) {
 const readyLine = "forwarder: ready"
 
 func main() {
+	if isGate(os.Args) {
+		gateMain()
+	}
 	if os.Getenv("GOMAXPROCS") == "" {
 		// One thread runs every relay: the work is in the kernel, and a
 		// second P only adds threads that wake each other.

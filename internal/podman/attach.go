@@ -18,7 +18,7 @@ import (
 	"golang.org/x/term"
 )
 
-func (c bindingsClient) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error) {
+func (c bindingsClient) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool, begin func() error) (int, error) {
 	defer c.step("container run " + name)()
 	attachOpts := new(containers.AttachOptions).WithStream(true).WithDetachKeys("")
 	attachErr := make(chan error, 1)
@@ -48,13 +48,21 @@ func (c bindingsClient) ContainerRun(ctx context.Context, name string, streams *
 	case err := <-attachErr:
 		return -1, fmt.Errorf("attach to %s: %w", name, err)
 	}
-	if err := containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys("")); err != nil {
-		return -1, fmt.Errorf("start container %s: %w", name, err)
+	if begin == nil {
+		if err := containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys("")); err != nil {
+			return -1, fmt.Errorf("start container %s: %w", name, err)
+		}
 	}
 	if tty {
-		// Attach sized the terminal before the start, when there was none.
+		// Attach sized the terminal before the start, when there was none;
+		// a gated container gets its size before its command runs.
 		if w, h, ok := streams.Size(); ok {
 			_ = containers.ResizeContainerTTY(ctx, name, new(containers.ResizeTTYOptions).WithWidth(w).WithHeight(h))
+		}
+	}
+	if begin != nil {
+		if err := begin(); err != nil {
+			return -1, err
 		}
 	}
 	code, drained, err := waitRun(ctx, name, attachErr)

@@ -151,11 +151,24 @@ func (c bindingsClient) ContainerCreate(ctx context.Context, s *specgen.SpecGene
 	return nil
 }
 
-func (c bindingsClient) ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration) error {
-	defer c.step("container start+ready " + name)()
-	err := startReady(ctx, name, ready, timeout)
+func (c bindingsClient) ContainerStart(ctx context.Context, name string) error {
+	defer c.step("container start " + name)()
+	start := func() error { return containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys("")) }
+	err := start()
 	if initDied(err) && ctx.Err() == nil {
-		err = startReady(ctx, name, ready, timeout)
+		err = start()
+	}
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c bindingsClient) ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration, started func()) error {
+	defer c.step("container start+ready " + name)()
+	err := startReady(ctx, name, ready, timeout, started)
+	if initDied(err) && ctx.Err() == nil {
+		err = startReady(ctx, name, ready, timeout, started)
 	}
 	return err
 }
@@ -170,7 +183,7 @@ func initDied(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "read init-p: connection reset by peer")
 }
 
-func startReady(ctx context.Context, name, ready string, timeout time.Duration) error {
+func startReady(ctx context.Context, name, ready string, timeout time.Duration, started func()) error {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out, in := io.Pipe()
@@ -192,6 +205,9 @@ func startReady(ctx context.Context, name, ready string, timeout time.Duration) 
 	}
 	if err := containers.Start(ctx, name, nil); err != nil {
 		return fmt.Errorf("start container %s: %w", name, err)
+	}
+	if started != nil {
+		started()
 	}
 	found := make(chan error, 1)
 	go func() {
@@ -350,6 +366,18 @@ func (bindingsClient) VolumeRemove(ctx context.Context, name string) error {
 
 func (bindingsClient) ImageExists(ctx context.Context, name string) (bool, error) {
 	return images.Exists(ctx, name, nil)
+}
+
+func (c bindingsClient) ImageUser(ctx context.Context, name string) (string, error) {
+	defer c.step("image user " + name)()
+	data, err := images.GetImage(ctx, name, nil)
+	if err != nil {
+		return "", fmt.Errorf("inspect image %s: %w", name, err)
+	}
+	if data.Config == nil {
+		return "", nil
+	}
+	return data.Config.User, nil
 }
 
 func (bindingsClient) ImageBuild(ctx context.Context, b ImageBuild, out io.Writer) error {

@@ -169,10 +169,10 @@ type Client struct {
 // ContainerRun ends when the service dies: the bindings retry a broken
 // request, which would reach the replacement and leave the agent running
 // with its terminal gone.
-func (e Client) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool) (int, error) {
+func (e Client) ContainerRun(ctx context.Context, name string, streams *iostreams.Streams, tty bool, begin func() error) (int, error) {
 	rctx, cancel := e.untilDeath(ctx)
 	defer cancel()
-	code, err := e.bindingsClient.ContainerRun(rctx, name, streams, tty)
+	code, err := e.bindingsClient.ContainerRun(rctx, name, streams, tty, begin)
 	if e.s.lost(err) || e.s.isDead() {
 		return code, e.s.diedErr
 	}

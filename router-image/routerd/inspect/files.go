@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 )
@@ -17,7 +18,31 @@ func writeCAFiles(dir string, caPEM, trusted []byte) error {
 	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
 		bundle = append(bundle, '\n')
 	}
-	return writeFile(filepath.Join(dir, BundleFile), append(bundle, caPEM...))
+	return writeInPlace(filepath.Join(dir, BundleFile), append(bundle, caPEM...))
+}
+
+// writeInPlace writes into path's own inode when it exists: the launcher
+// makes the bundle empty before the agent's container starts, beside
+// this, and the container's bind mount holds the inode it found then; a
+// rename would leave the agent an empty bundle, or fail its mount. The
+// agent's command runs only once routerd is ready (the launcher's gate),
+// after this write. Where no file is there yet, it is written whole.
+func writeInPlace(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return writeFile(path, data)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // writeFile replaces path at once (a reader never sees half a file),
