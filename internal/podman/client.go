@@ -306,8 +306,30 @@ const subIDTries = 4
 
 func (c bindingsClient) PodRemove(ctx context.Context, name string) error {
 	defer c.step("pod remove " + name)()
-	_, err := pods.Remove(ctx, name, new(pods.RemoveOptions).WithForce(true).WithTimeout(0))
+	var err error
+	for try := 0; try < podRemoveTries; try++ {
+		_, err = pods.Remove(ctx, name, new(pods.RemoveOptions).WithForce(true).WithTimeout(0))
+		if !servicePanicked(err) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	return err
+}
+
+// podRemoveTries bounds the removals of a pod asked again after the
+// service's handler failed on a Go runtime error: podman 4.3 did so once
+// (a nil pointer) removing a pod without an infra container whose
+// containers it had removed, and left the pod; the CLI's removal of the
+// same pod then worked.
+const podRemoveTries = 3
+
+// servicePanicked says the service's handler hit a Go runtime error.
+func servicePanicked(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "runtime error:")
 }
 
 func (bindingsClient) ListLabelled(ctx context.Context, label string) ([]Object, error) {
