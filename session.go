@@ -529,7 +529,7 @@ func (s *session) createAgent(ctx context.Context, imageUser string, forwarderSt
 	if err != nil {
 		return err
 	}
-	if imageUser == "" {
+	if imageUser == "" && !mutated("agent-user-unset") {
 		spec.User = sandboxUser
 	}
 	// The runtime resolves the mounts' sources again, following links:

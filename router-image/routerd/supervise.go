@@ -82,6 +82,7 @@ loop:
 		case e := <-exits:
 			if restarting[e.index] != 0 {
 				restarting[e.index] = 0
+				awaitGroupGone(cmds[e.index].Process.Pid, groupGoneBound)
 				cmd, err := s.start(e.index, exits)
 				if err != nil {
 					done[e.index] = true
@@ -158,6 +159,22 @@ loop:
 	s.stopRemaining(cmds, done, exits)
 	return code
 }
+
+// awaitGroupGone waits a moment for the stopped child's group to be
+// gone: dnsmasq forks a process for each TCP query, which holds its
+// listening socket, and a new dnsmasq started while one lives fails on
+// "Address already in use" (seen once in
+// TestFrontKeepsAnsweringThroughDnsmasqRestarts), ending the router. The
+// wait is bounded (a group member the kernel has not reaped yet still
+// counts): past it the new child starts as before.
+func awaitGroupGone(pgid int, bound time.Duration) {
+	for deadline := time.Now().Add(bound); syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// groupGoneBound bounds awaitGroupGone.
+const groupGoneBound = 250 * time.Millisecond
 
 // start starts child i and reports its end on exits.
 func (s *supervisor) start(i int, exits chan<- exit) (*exec.Cmd, error) {
