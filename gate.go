@@ -56,8 +56,8 @@ const gateUnusedFor = time.Hour
 var errNoGate = errors.New("no forwarder binary in this build")
 
 // makeGate makes the session's FIFO in tmp and holds it open; the gate's
-// binary is copied from the launcher into runtimeDir when missing or
-// different. findInit finds the host's container init.
+// binary is copied from the launcher into runtimeDir unless this launcher
+// made its copy there already. findInit finds the host's container init.
 func makeGate(tmp, runtimeDir string, contexts fs.FS, findInit func() (string, error)) (*agentGate, error) {
 	f, err := contexts.Open("router-image/forwarder.bin")
 	if err != nil {
