@@ -9,26 +9,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/gate"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 	"go.podman.io/common/pkg/config"
 	"golang.org/x/sys/unix"
 )
 
-// The agent's gate (forwarder/gate.go): the agent's container is started
-// beside the router and the forwarder, with the forwarder's binary as its
-// init, which waits on a FIFO the launcher holds and only then becomes
-// the real init (the host's catatonit) running the agent's command. The
-// container's start (runc, conmon, the mounts: about 55-90 ms here) is
-// then off the path to the agent's first instruction (bench/HISTORY.md).
-
-// Where the gate finds what it needs in the agent's container (the same
-// paths as forwarder/gate.go's).
-const (
-	gateDirInAgent  = "/run/agent-sandbox/gate"
-	gateInitInAgent = "/run/agent-sandbox/init"
-	gateWord        = "go\n"
-	gateFIFOName    = "open"
-)
+// The launcher's side of the agent's gate (internal/gate): the agent's
+// container is started beside the router and the forwarder, with the
+// forwarder's binary as its init, which waits on a FIFO the launcher holds
+// and only then becomes the real init (the host's catatonit) running the
+// agent's command. The container's start (runc, conmon, the mounts: about
+// 55-90 ms here) is then off the path to the agent's first instruction
+// (bench/HISTORY.md).
 
 // agentGate is one session's gate: the FIFO the launcher holds open for
 // writing, and the host files mounted into the agent's container.
@@ -73,7 +66,7 @@ func makeGate(tmp, runtimeDir string, contexts fs.FS, findInit func() (string, e
 		return nil, err
 	}
 	dir := filepath.Join(tmp, "gate")
-	fifo := filepath.Join(dir, gateFIFOName)
+	fifo := filepath.Join(dir, gate.FIFOName)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -213,7 +206,7 @@ func hostInit() (string, error) {
 // the teardown: a FIFO drops what was written to it once no one has it
 // open, and the gate may not have opened its end yet.
 func (g *agentGate) open() error {
-	if _, err := g.fifo.WriteString(gateWord); err != nil {
+	if _, err := g.fifo.WriteString(gate.Word); err != nil {
 		return fmt.Errorf("open the agent's gate: %w", err)
 	}
 	return nil
@@ -226,7 +219,7 @@ func (g *agentGate) close() { g.closing.Do(func() { g.fifo.Close() }) }
 // mounts are the agent container's mounts the gate needs.
 func (g *agentGate) mounts() []spec.Mount {
 	return []spec.Mount{
-		{Type: "bind", Source: g.init, Destination: gateInitInAgent, Options: []string{"ro"}},
-		{Type: "bind", Source: g.dir, Destination: gateDirInAgent, Options: []string{"ro"}},
+		{Type: "bind", Source: g.init, Destination: gate.InitInAgent, Options: []string{"ro"}},
+		{Type: "bind", Source: g.dir, Destination: gate.DirInAgent, Options: []string{"ro"}},
 	}
 }

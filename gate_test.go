@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/gate"
 	"time"
 
 	spec "github.com/opencontainers/runtime-spec/specs-go"
@@ -38,7 +40,7 @@ func gatedConfig(t *testing.T) sessionFixture {
 // waiting, as the gate would.
 func readGate(t *testing.T, g *agentGate) string {
 	t.Helper()
-	fd, err := unix.Open(filepath.Join(g.dir, gateFIFOName), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(filepath.Join(g.dir, gate.FIFOName), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +73,8 @@ func TestTheGateHoldsTheAgentUntilTheHelpersAreReady(t *testing.T) {
 	if before != "" {
 		t.Errorf("the gate held %q before the launcher attached to the agent", before)
 	}
-	if after != gateWord {
-		t.Errorf("the gate held %q once the agent ran, want %q", after, gateWord)
+	if after != gate.Word {
+		t.Errorf("the gate held %q once the agent ran, want %q", after, gate.Word)
 	}
 	calls := eng.recorded()
 	agent := testSession + "-claude"
@@ -90,7 +92,7 @@ func TestTheGateHoldsTheAgentUntilTheHelpersAreReady(t *testing.T) {
 	if c.InitPath != cfg.gate.binary || c.Init == nil || !*c.Init {
 		t.Errorf("the agent's init is %q (init %v), want the gate %q", c.InitPath, c.Init, cfg.gate.binary)
 	}
-	for _, want := range []struct{ src, dst string }{{testInitPath, gateInitInAgent}, {cfg.gate.dir, gateDirInAgent}} {
+	for _, want := range []struct{ src, dst string }{{testInitPath, gate.InitInAgent}, {cfg.gate.dir, gate.DirInAgent}} {
 		i := slices.IndexFunc(c.Mounts, func(m spec.Mount) bool { return m.Destination == want.dst })
 		if i < 0 {
 			t.Errorf("no mount at %s", want.dst)
@@ -118,7 +120,7 @@ func TestAFailedStartLeavesTheGateShut(t *testing.T) {
 		t.Errorf("the gate holds %q", got)
 	}
 	// The launcher's end is closed: a reader gets EOF, not a wait.
-	fd, err := unix.Open(filepath.Join(cfg.gate.dir, gateFIFOName), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	fd, err := unix.Open(filepath.Join(cfg.gate.dir, gate.FIFOName), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

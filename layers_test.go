@@ -55,6 +55,7 @@ func TestLayers(t *testing.T) {
 		"podman":     {"internal/apiservice", "internal/iostreams", "internal/trace"},
 		"keeper":     {"internal/iostreams"},
 		"kube":       {"internal/allowlist", "internal/routerconf"},
+		"gate":       {},
 	}
 	for pkg, may := range allowed {
 		for _, imp := range importsOf(t, filepath.Join("internal", pkg)) {

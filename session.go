@@ -475,26 +475,29 @@ func (s *session) startRouter(ctx context.Context, routerIP netip.Addr, undo *cl
 // while it starts and, behind its gate, started once the forwarder's
 // namespace is up. Removing the pod removes both.
 func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *cleanupStack) error {
-	g, gctx := errgroup.WithContext(ctx)
-	// Asked first, beside the pod's and the forwarder's creation: an image
-	// that names no user runs as the sandbox's (1000). In a pod's user
-	// namespace it did; joining the forwarder's, it would be root there,
-	// the forwarder's own user.
-	var imageUser string
-	userFound := make(chan struct{})
-	g.Go(func() (err error) {
-		imageUser, err = s.eng.ImageUser(gctx, s.cfg.image)
-		if err == nil {
-			close(userFound)
-		}
-		return err
-	})
 	// The agent joins the forwarder's namespaces: it is created once the
 	// forwarder is, and started once the forwarder has started (else
 	// podman would start the forwarder itself, before the wait for its
 	// ready line is attached).
-	forwarderStarted := make(chan struct{})
+	forwarderCreated, forwarderStarted := make(chan struct{}), make(chan struct{})
 	var once sync.Once // a start tried again calls back again
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		// Asked beside the pod's and the forwarder's creation: an image
+		// that names no user runs as the sandbox's (1000). In a pod's
+		// user namespace it did; joining the forwarder's, it would be
+		// root there, the forwarder's own user.
+		imageUser, err := s.eng.ImageUser(gctx, s.cfg.image)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-forwarderCreated:
+		case <-gctx.Done():
+			return gctx.Err()
+		}
+		return s.createAgent(gctx, imageUser, forwarderStarted)
+	})
 	g.Go(func() error {
 		p := podSpec(s.names, s.labels)
 		if err := created(gctx, undo, "pod "+p.Name, func() error { return s.eng.PodCreate(gctx, p) },
@@ -508,14 +511,7 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 		if err := s.eng.ContainerCreate(gctx, f); err != nil {
 			return err
 		}
-		g.Go(func() error {
-			select {
-			case <-userFound:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-			return s.createAgent(gctx, imageUser, forwarderStarted)
-		})
+		close(forwarderCreated)
 		return s.startReady(gctx, f.Name, "forwarder: ready", func() { once.Do(func() { close(forwarderStarted) }) })
 	})
 	return g.Wait()
@@ -525,10 +521,7 @@ func (s *session) startPod(ctx context.Context, routerIP netip.Addr, undo *clean
 // image names, and, behind its gate, starts it once the forwarder has
 // started.
 func (s *session) createAgent(ctx context.Context, imageUser string, forwarderStarted <-chan struct{}) error {
-	spec, err := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg, s.made)
-	if err != nil {
-		return err
-	}
+	spec := agentSpec(s.cfg.image, s.names, s.labels, s.cfg.homeVolume, s.cfg, s.made)
 	if imageUser == "" && !mutated("agent-user-unset") {
 		spec.User = sandboxUser
 	}

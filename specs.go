@@ -139,7 +139,7 @@ func forwarderSpec(image string, names sessionNames, labels map[string]string, c
 
 // agentSpec: the agent runs unprivileged; podman's default bounding set
 // stays, minus what could touch the network, so nested containers work.
-func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig, made sessionMade) (*specgen.SpecGenerator, error) {
+func agentSpec(image string, names sessionNames, labels map[string]string, homeVolume string, cfg sessionConfig, made sessionMade) *specgen.SpecGenerator {
 	c := newSpec(image, names.agent, labels)
 	// No auto-remove: under load podman's cleanup removed the exited
 	// container before the launcher's wait, and its exit code was lost.
@@ -194,7 +194,7 @@ func agentSpec(image string, names sessionNames, labels map[string]string, homeV
 	// can take back to 0 (it starts there as the user's processes do), and
 	// which counts no memory the agent holds in a tmpfs of its own.
 	c.OOMScoreAdj = ptr(agentOOMScoreAdj)
-	return c, nil
+	return c
 }
 
 // agentEnv is the agent's environment: the --env variables, the
