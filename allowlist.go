@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
+	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
@@ -17,10 +20,39 @@ import (
 // loadAllowlist reads the allowlist, seeding a missing one from the
 // packaged default.
 func loadAllowlist(path string, out io.Writer) ([]allowlist.Entry, error) {
+	entries, _, err := readAllowlist(path, out)
+	return entries, err
+}
+
+// allowlistRead is what a session's watcher needs of the read its start
+// made: the file's stamp, taken before reading, and the sum of what was
+// read. Its first look is then a stat, not a second parse of a long list
+// as the agent starts.
+type allowlistRead struct {
+	stamp filestamp.Stamp
+	sum   [32]byte
+}
+
+// readAllowlist is loadAllowlist with the stamp and sum of what it read.
+func readAllowlist(path string, out io.Writer) ([]allowlist.Entry, allowlistRead, error) {
 	if err := ensureAllowlist(path, out); err != nil {
-		return nil, err
+		return nil, allowlistRead{}, err
 	}
-	return allowlist.ReadFile(path)
+	// Stamped before the read: an edit in between leaves an old stamp,
+	// which makes the watcher read the file again.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, allowlistRead{}, fmt.Errorf("cannot read allowlist: %w", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, allowlistRead{}, fmt.Errorf("cannot read allowlist: %w", err)
+	}
+	entries, err := allowlist.Parse(bytes.NewReader(b), path)
+	if err != nil {
+		return nil, allowlistRead{}, err
+	}
+	return entries, allowlistRead{stamp: filestamp.Of(fi), sum: sha256.Sum256(b)}, nil
 }
 
 // ensureAllowlist seeds a missing allowlist from the packaged default.

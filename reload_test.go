@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -267,6 +268,40 @@ func TestWatchCatchesEditBeforeItStarted(t *testing.T) {
 	r.wantApplied(t, time.Second, mustParse(t, "a.test\nb.test\n"))
 }
 
+// TestWatchSeededWithTheStartsReadDoesNotReadAgain: the launcher read the
+// file at the start; while it is unchanged the watcher's looks are a
+// stat, never a second parse of a long list as the agent starts. To show
+// it, current says other than the file: a read would apply the file.
+func TestWatchSeededWithTheStartsReadDoesNotReadAgain(t *testing.T) {
+	r := newWatch(t, "a.test\nb.test\n", mustParse(t, "a.test\n"))
+	_, read, err := readAllowlist(r.path, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.w.stamp, r.w.sum = read.stamp, read.sum
+	r.poll()
+	r.wantNothingApplied(t)
+	// Unseeded, the same look reads the file and applies it.
+	r.w.stamp, r.w.sum = filestamp.Stamp{}, [32]byte{}
+	r.poll()
+	r.wantAppliedNow(t, mustParse(t, "a.test\nb.test\n"))
+}
+
+// TestWatchSeededCatchesAnEditAfterTheStartsRead: an edit between the
+// launcher's read and the watcher's first look changes the stamp, and the
+// watcher reads and applies it.
+func TestWatchSeededCatchesAnEditAfterTheStartsRead(t *testing.T) {
+	r := newWatch(t, "a.test\n", nil)
+	entries, read, err := readAllowlist(r.path, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.w.current, r.w.stamp, r.w.sum = entries, read.stamp, read.sum
+	r.replace(t, "a.test\nb.test\n")
+	r.poll()
+	r.wantAppliedNow(t, mustParse(t, "a.test\nb.test\n"))
+}
+
 func TestWatchMissingFileKeepsTheList(t *testing.T) {
 	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
 	r.poll()
@@ -307,7 +342,7 @@ func TestWatchStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		watchAllowlist(ctx, path, nil, func([]allowlist.Entry) error { return nil }, func(string, ...any) {})
+		watchAllowlist(ctx, path, nil, allowlistRead{}, func([]allowlist.Entry) error { return nil }, func(string, ...any) {})
 		close(done)
 	}()
 	cancel()

@@ -66,6 +66,9 @@ type sessionConfig struct {
 	// listed is what the allowlist file said at the start (entries
 	// without the agent's hosts): the watcher's first look compares it.
 	listed []allowlist.Entry
+	// allowlistRead is the stamp and sum of that read: the watcher reads
+	// the file again only once either differs.
+	allowlistRead allowlistRead
 }
 
 // sessionMade is what the start's steps make, each once, in this order:
@@ -570,7 +573,7 @@ func (s *session) run(ctx context.Context) error {
 			if s.cfg.listed != nil {
 				listed = s.cfg.listed
 			}
-			watchAllowlist(watchCtx, s.cfg.allowlist, listed, apply, midSessionWarner(s.out))
+			watchAllowlist(watchCtx, s.cfg.allowlist, listed, s.cfg.allowlistRead, apply, midSessionWarner(s.out))
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
@@ -778,7 +781,7 @@ func prepare(set settings, out io.Writer, la launchArgs, name string) (sessionCo
 	if cfg.launchDir, err = checkedLaunchDir(set); err != nil {
 		return cfg, err
 	}
-	if cfg.entries, err = loadAllowlist(set.allowlist, out); err != nil {
+	if cfg.entries, cfg.allowlistRead, err = readAllowlist(set.allowlist, out); err != nil {
 		return cfg, err
 	}
 	for _, w := range allowlist.Lint(cfg.entries) {

@@ -165,7 +165,7 @@ var figures = []figure{
 	{group: "Footprint", name: "launcher + its API service, RSS", key: "rss_launcher_service_kib", unit: "MiB", scale: 1.0 / 1024, notes: "no target"},
 	{group: "Scale", name: "{S} sessions at once, wall time for all", key: "t_eight", base: "t_one", baseName: "one session", unit: "s", scale: 1, limit: 4, atMost: true, target: "≤ 4 × one session"},
 	{group: "Scale", name: "{S} bare containers at once (T_bare's command, one each), wall time for all", key: "t_bare_eight", base: "t_bare_one", baseName: "one bare container", unit: "s", scale: 1, notes: "the floor of the ratio above"},
-	{group: "Scale", name: "T_session with 5,000 entries (200 host:port)", key: "t_one_big", base: "t_one", baseName: "10 entries", unit: "s", scale: 1, limit: 1.1, atMost: true, target: "≤ 1.1 × 10 entries"},
+	{group: "Scale", name: "T_session with 5,000 entries (200 host:port)", key: "t_one_big", base: "t_one_short", baseName: "10 entries", unit: "s", scale: 1, limit: 1.1, atMost: true, target: "≤ 1.1 × 10 entries"},
 	{group: "Stream", name: "first byte of a {SMiB} MiB SSE answer, new connection, through the credential proxy", key: "stream_proxy_ttfb_s", base: "stream_direct_ttfb_s", baseName: "direct", unit: "ms", scale: 1000, limit: 1.2, atMost: true, target: "≤ 1.2 × direct"},
 	{group: "Stream", name: "first byte of the next answer ({WKiB} KiB) on the kept-alive connection, through the credential proxy", key: "stream_proxy_warm_ttfb_s", base: "stream_direct_warm_ttfb_s", baseName: "direct", unit: "ms", scale: 1000, limit: 1.2, atMost: true, target: "≤ 1.2 × direct"},
 	{group: "Stream", name: "throughput of the {SMiB} MiB SSE answer ({E}-byte events, each flushed), through the credential proxy", key: "stream_proxy_mibps", base: "stream_direct_mibps", baseName: "direct", unit: "MiB/s", scale: 1, notes: "no target"},
@@ -385,7 +385,7 @@ func dataCPU(s samples, w io.Writer) {
 func cpu(s samples, w io.Writer) {
 	rows := []struct{ key, name string }{
 		{"t_bare", "T_bare"}, {"t_bare_slirp", "T_bare_slirp"}, {"t_bare_net", "T_bare_net"}, {"t_cli", "T_cli"}, {"t_session", "T_session"},
-		{"t_one", "one session (scale)"}, {"t_one_big", "one session, 5,000 entries"}, {"t_eight", "{S} sessions at once"},
+		{"t_one", "one session (scale)"}, {"t_one_short", "one session, 10 entries (list rounds)"}, {"t_one_big", "one session, 5,000 entries"}, {"t_eight", "{S} sessions at once"},
 		{"t_bare_one", "one bare container (scale)"}, {"t_bare_eight", "{S} bare containers at once"},
 	}
 	var out []string

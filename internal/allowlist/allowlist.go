@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +72,7 @@ func (e Entry) String() string {
 	return name + ":" + strconv.Itoa(e.Port)
 }
 
-// parseAllowlist reads and checks the allowlist at path.
+// ReadFile reads and checks the allowlist at path.
 func ReadFile(path string) ([]Entry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -80,15 +81,12 @@ func ReadFile(path string) ([]Entry, error) {
 	return Parse(bytes.NewReader(b), path)
 }
 
-// parseAllowlistFrom parses allowlist lines; name is the file name used in
+// Parse parses allowlist lines; name is the file name used in
 // errors. Every bad line is reported, so one run shows the user all fixes.
 func Parse(r io.Reader, name string) ([]Entry, error) {
 	var (
-		entries []Entry
+		entries []named
 		errs    []string
-		// seen is where each host and port stands in entries: a host
-		// listed both ways is passed through, as one of its lines asks.
-		seen = map[Entry]int{}
 	)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -103,12 +101,7 @@ func Parse(r io.Reader, name string) ([]Entry, error) {
 			}
 			continue
 		}
-		if i, ok := seen[e.Key()]; ok {
-			entries[i].Passthrough = entries[i].Passthrough || e.Passthrough
-			continue
-		}
-		seen[e.Key()] = len(entries)
-		entries = append(entries, e)
+		entries = append(entries, named{e.String(), e})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -117,8 +110,33 @@ func Parse(r io.Reader, name string) ([]Entry, error) {
 		return nil, errors.New(strings.Join(errs, "\n") +
 			"\nfix or remove the line, or delete the file to start again from the defaults")
 	}
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].String() < entries[j].String() })
-	return entries, nil
+	return sortedByName(entries), nil
+}
+
+// named is an entry and its name as written (String), made once.
+type named struct {
+	name  string
+	entry Entry
+}
+
+// sortedByName orders entries by name and makes one of the lines that
+// name the same host and port: passed through if any of them asks. Each
+// name is made once: a sort that made both for every comparison, and a
+// map of what was seen, took most of a 5,000-entry list's parse, which
+// is on the start's path.
+func sortedByName(ns []named) []Entry {
+	slices.SortFunc(ns, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	out := make([]Entry, 0, len(ns))
+	for i, n := range ns {
+		// The name says host, wildcard and port (a host has no '*'), all
+		// of the key: equal names are one entry.
+		if i > 0 && n.name == ns[i-1].name {
+			out[len(out)-1].Passthrough = out[len(out)-1].Passthrough || n.entry.Passthrough
+			continue
+		}
+		out = append(out, n.entry)
+	}
+	return out
 }
 
 // parseLine reads one line of the allowlist: a '#' starts a comment, and

