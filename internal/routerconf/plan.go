@@ -307,6 +307,12 @@ events {
 }
 
 stream {
+    # The SNI map's hash: with nginx's defaults (at most 2048 buckets of
+    # 64 bytes) a list of thousands of names had nginx try every size,
+    # warn, and start again with larger buckets, at each start and reload.
+    map_hash_max_size 16384;
+    map_hash_bucket_size 512;
+
     log_format egress '$remote_addr port=$server_port sni="$ssl_preread_server_name" upstream="$upstream_addr" status=$status sent=$bytes_sent received=$bytes_received';
     access_log /dev/stderr egress;
 

@@ -247,7 +247,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	defer served.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopped := make(chan error, len(servers)+2)
+	// One each for the servers, the inspecting proxy, the CA port and a
+	// failed start of those.
+	stopped := make(chan error, len(servers)+3)
 	for name, s := range servers {
 		served.Go(func() {
 			if err := s.serve(ctx); err != nil {
@@ -255,42 +257,10 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 			}
 		})
 	}
-	if cfg.apiPolicy != "" {
-		gate := newAPIGate(cfg.apiPolicy, stdout, logger)
-		if err := gate.load(); err != nil {
-			logger.Printf("%v", err)
-			return 1
-		}
-		defer gate.close()
-		go gate.follow(ctx, configPoll)
-	}
-	// Before the ready line: the launcher gives the agent the CA files,
-	// which are written by then.
-	var px *inspect.Proxy
-	if cfg.inspectSocket != "" {
-		if px, err = startInspect(cfg, stdout, logger); err != nil {
-			logger.Printf("inspect proxy: %v", err)
-			return 1
-		}
-		served.Go(func() {
-			if err := px.Serve(ctx); err != nil {
-				stopped <- fmt.Errorf("inspect proxy stopped: %w", err)
-			}
-		})
-	}
-	if cfg.caListen.IsValid() && px != nil {
-		// After startInspect: the files it serves are written.
-		ca, err := listenCA(cfg.caListen, cfg.caDir, logger)
-		if err != nil {
-			logger.Printf("%v", err)
-			return 1
-		}
-		served.Go(func() {
-			if err := ca.serve(ctx); err != nil {
-				stopped <- fmt.Errorf("ca port stopped: %w", err)
-			}
-		})
-	}
+	// dnsmasq and nginx are started first, since theirs is the longest
+	// part of the router's start (a long list's configs to read); the
+	// API gate, the inspecting proxy and the CA port, which neither
+	// needs, are set up meanwhile, and the ready line waits for all.
 	reloads := make(chan reload)
 	if len(cfg.watch) > 0 {
 		w := newConfigWatcher(cfg.watch, logger)
@@ -300,6 +270,16 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 			return 1
 		}
 		go w.follow(ctx, configPoll, reloads)
+	}
+	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads, cut: nginxCutter}
+	supervised := make(chan int, 1)
+	go func() { supervised <- s.run(ctx, stopped) }()
+	px, closeGate, err := startServices(ctx, cfg, stdout, logger, &served, stopped)
+	defer closeGate()
+	if err != nil {
+		// The supervisor stops the children, logs it and returns 1.
+		stopped <- err
+		return <-supervised
 	}
 	if targets := cfg.readyTargets(); targets != nil {
 		go func() {
@@ -313,8 +293,46 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	} else if px != nil {
 		go px.Warm()
 	}
-	s := &supervisor{children: cfg.children, grace: stopGrace, stdout: stdout, stderr: stderr, log: logger, reloads: reloads, cut: nginxCutter}
-	return s.run(ctx, stopped)
+	return <-supervised
+}
+
+// startServices starts what routerd serves besides the DNS servers: the
+// API gate, the inspecting proxy (its CA files written when it returns,
+// as the ready line needs) and the CA port. Their failures once running
+// go to stopped; closeGate stops the gate's servers.
+func startServices(ctx context.Context, cfg config, stdout io.Writer, logger *log.Logger, served *sync.WaitGroup, stopped chan<- error) (px *inspect.Proxy, closeGate func(), err error) {
+	closeGate = func() {}
+	if cfg.apiPolicy != "" {
+		gate := newAPIGate(cfg.apiPolicy, stdout, logger)
+		if err := gate.load(); err != nil {
+			return nil, closeGate, err
+		}
+		closeGate = gate.close
+		go gate.follow(ctx, configPoll)
+	}
+	if cfg.inspectSocket != "" {
+		if px, err = startInspect(cfg, stdout, logger); err != nil {
+			return nil, closeGate, fmt.Errorf("inspect proxy: %w", err)
+		}
+		served.Go(func() {
+			if err := px.Serve(ctx); err != nil {
+				stopped <- fmt.Errorf("inspect proxy stopped: %w", err)
+			}
+		})
+	}
+	if cfg.caListen.IsValid() && px != nil {
+		// After startInspect: the files it serves are written.
+		ca, err := listenCA(cfg.caListen, cfg.caDir, logger)
+		if err != nil {
+			return nil, closeGate, err
+		}
+		served.Go(func() {
+			if err := ca.serve(ctx); err != nil {
+				stopped <- fmt.Errorf("ca port stopped: %w", err)
+			}
+		})
+	}
+	return px, closeGate, nil
 }
 
 // readyTargets are the listeners announceReady waits for; nil when
@@ -363,10 +381,12 @@ func announceReady(ctx context.Context, targets []readyTarget, out io.Writer) {
 				_ = c.Close()
 				break
 			}
+			// A refused connection costs microseconds; the agent waits
+			// for this line.
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(2 * time.Millisecond):
 			}
 		}
 	}
