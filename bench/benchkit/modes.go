@@ -129,7 +129,7 @@ func startupDistributions(s samples, w io.Writer) {
 	}
 	writeTable(w, "The start-up targets by the medians (as in the results table) and by the minima:",
 		"| ratio | of medians | of minima | target |", "|---|---:|---:|---|", rows)
-	for _, l := range []struct{ key, part string }{{"startup", "start-up rounds"}, {"data", "data-path rounds"}} {
+	for _, l := range []struct{ key, part string }{{"startup", "start-up rounds"}, {"data", "data-path rounds"}, {"list", "rounds of the 10- and the 5,000-entry list"}} {
 		loadAround(s, l.key, l.part, w)
 	}
 }
