@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/allowlist"
-	"github.com/agent-sandbox/agent-sandbox/internal/filestamp"
 	"github.com/agent-sandbox/agent-sandbox/internal/iostreams"
 )
 
@@ -25,24 +24,18 @@ func loadAllowlist(path string, out io.Writer) ([]allowlist.Entry, error) {
 }
 
 // allowlistRead is what a session's watcher needs of the read its start
-// made: the file's stamp, taken before reading, and the sum of what was
-// read. Its first look is then a stat, not a second parse of a long list
-// as the agent starts.
+// made: the sum of what was read. Its first look then reads the file and
+// hashes it, but parses a long list again, as the agent starts, only when
+// it changed. Not the file's stamp: an edit in place within the same
+// mtime tick, after the read, would keep it and go unseen.
 type allowlistRead struct {
-	stamp filestamp.Stamp
-	sum   [32]byte
+	sum [32]byte
 }
 
-// readAllowlist is loadAllowlist with the stamp and sum of what it read.
+// readAllowlist is loadAllowlist with the sum of what it read.
 func readAllowlist(path string, out io.Writer) ([]allowlist.Entry, allowlistRead, error) {
 	if err := ensureAllowlist(path, out); err != nil {
 		return nil, allowlistRead{}, err
-	}
-	// Stamped before the read: an edit in between leaves an old stamp,
-	// which makes the watcher read the file again.
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, allowlistRead{}, fmt.Errorf("cannot read allowlist: %w", err)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -52,7 +45,7 @@ func readAllowlist(path string, out io.Writer) ([]allowlist.Entry, allowlistRead
 	if err != nil {
 		return nil, allowlistRead{}, err
 	}
-	return entries, allowlistRead{stamp: filestamp.Of(fi), sum: sha256.Sum256(b)}, nil
+	return entries, allowlistRead{sum: sha256.Sum256(b)}, nil
 }
 
 // ensureAllowlist seeds a missing allowlist from the packaged default.

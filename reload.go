@@ -44,11 +44,10 @@ type allowlistWatcher struct {
 // watchAllowlist polls the allowlist at path until ctx ends. A change that
 // parses and differs from current is passed to apply; one that does not
 // parse is refused with a warning, and the session keeps its list. read
-// is the stamp and sum of the read current came from (zero: none), so
-// that a file unchanged since is not read again.
+// is the sum of the read current came from (zero: none), so that a file
+// unchanged since is not parsed again.
 func watchAllowlist(ctx context.Context, path string, current []allowlist.Entry, read allowlistRead, apply func([]allowlist.Entry) error, warn func(string, ...any)) {
-	w := &allowlistWatcher{path: path, interval: watchInterval, settle: watchSettle, apply: apply, warn: warn, current: current,
-		stamp: read.stamp, sum: read.sum}
+	w := &allowlistWatcher{path: path, interval: watchInterval, settle: watchSettle, apply: apply, warn: warn, current: current, sum: read.sum}
 	w.run(ctx)
 }
 

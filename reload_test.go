@@ -268,38 +268,61 @@ func TestWatchCatchesEditBeforeItStarted(t *testing.T) {
 	r.wantApplied(t, time.Second, mustParse(t, "a.test\nb.test\n"))
 }
 
-// TestWatchSeededWithTheStartsReadDoesNotReadAgain: the launcher read the
-// file at the start; while it is unchanged the watcher's looks are a
-// stat, never a second parse of a long list as the agent starts. To show
-// it, current says other than the file: a read would apply the file.
-func TestWatchSeededWithTheStartsReadDoesNotReadAgain(t *testing.T) {
+// TestWatchSeededWithTheStartsReadDoesNotParseAgain: the launcher read
+// the file at the start; while it says the same, the watcher's first look
+// does not parse a long list again as the agent starts. To show it,
+// current says other than the file: a parse would apply the file.
+func TestWatchSeededWithTheStartsReadDoesNotParseAgain(t *testing.T) {
 	r := newWatch(t, "a.test\nb.test\n", mustParse(t, "a.test\n"))
 	_, read, err := readAllowlist(r.path, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.w.stamp, r.w.sum = read.stamp, read.sum
+	r.w.sum = read.sum
 	r.poll()
 	r.wantNothingApplied(t)
-	// Unseeded, the same look reads the file and applies it.
+	// Unseeded, the same look parses the file and applies it.
 	r.w.stamp, r.w.sum = filestamp.Stamp{}, [32]byte{}
 	r.poll()
 	r.wantAppliedNow(t, mustParse(t, "a.test\nb.test\n"))
 }
 
 // TestWatchSeededCatchesAnEditAfterTheStartsRead: an edit between the
-// launcher's read and the watcher's first look changes the stamp, and the
-// watcher reads and applies it.
+// launcher's read and the watcher's first look is applied: one that
+// replaces the file, and one in place of the same size whose mtime is
+// the read's (a coarse clock), which leaves the file's stamp as it was.
 func TestWatchSeededCatchesAnEditAfterTheStartsRead(t *testing.T) {
-	r := newWatch(t, "a.test\n", nil)
-	entries, read, err := readAllowlist(r.path, io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	for name, edit := range map[string]func(r *watchRecorder){
+		"replaced": func(r *watchRecorder) { r.replace(t, "a.test\nb.test\n") },
+		"in place, same size and mtime": func(r *watchRecorder) {
+			fi, err := os.Stat(r.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(r.path, []byte("b.test\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(r.path, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newWatch(t, "a.test\n", nil)
+			entries, read, err := readAllowlist(r.path, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.w.current, r.w.sum = entries, read.sum
+			edit(r)
+			after, err := allowlist.ReadFile(r.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.poll()
+			r.wantAppliedNow(t, after)
+		})
 	}
-	r.w.current, r.w.stamp, r.w.sum = entries, read.stamp, read.sum
-	r.replace(t, "a.test\nb.test\n")
-	r.poll()
-	r.wantAppliedNow(t, mustParse(t, "a.test\nb.test\n"))
 }
 
 func TestWatchMissingFileKeepsTheList(t *testing.T) {

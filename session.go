@@ -66,8 +66,8 @@ type sessionConfig struct {
 	// listed is what the allowlist file said at the start (entries
 	// without the agent's hosts): the watcher's first look compares it.
 	listed []allowlist.Entry
-	// allowlistRead is the stamp and sum of that read: the watcher reads
-	// the file again only once either differs.
+	// allowlistRead is the sum of that read: the watcher parses the file
+	// again only once it differs.
 	allowlistRead allowlistRead
 }
 

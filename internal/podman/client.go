@@ -153,11 +153,9 @@ func (c bindingsClient) ContainerCreate(ctx context.Context, s *specgen.SpecGene
 
 func (c bindingsClient) ContainerStart(ctx context.Context, name string) error {
 	defer c.step("container start " + name)()
-	start := func() error { return containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys("")) }
-	err := start()
-	if initDied(err) && ctx.Err() == nil {
-		err = start()
-	}
+	err := startOnceMoreIfInitDied(ctx, func() error {
+		return containers.Start(ctx, name, new(containers.StartOptions).WithDetachKeys(""))
+	})
 	if err != nil {
 		return fmt.Errorf("start container %s: %w", name, err)
 	}
@@ -166,9 +164,15 @@ func (c bindingsClient) ContainerStart(ctx context.Context, name string) error {
 
 func (c bindingsClient) ContainerStartReady(ctx context.Context, name, ready string, timeout time.Duration, started func()) error {
 	defer c.step("container start+ready " + name)()
-	err := startReady(ctx, name, ready, timeout, started)
+	return startOnceMoreIfInitDied(ctx, func() error { return startReady(ctx, name, ready, timeout, started) })
+}
+
+// startOnceMoreIfInitDied runs start, and once more when the runtime's
+// init died before anything of the container ran (initDied).
+func startOnceMoreIfInitDied(ctx context.Context, start func() error) error {
+	err := start()
 	if initDied(err) && ctx.Err() == nil {
-		err = startReady(ctx, name, ready, timeout, started)
+		err = start()
 	}
 	return err
 }
