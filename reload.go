@@ -71,7 +71,7 @@ func (w *allowlistWatcher) run(ctx context.Context) {
 	for {
 		// The first look is at once: the file may have changed while the
 		// session started, after the launcher parsed it.
-		w.poll()
+		w.poll(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -80,9 +80,13 @@ func (w *allowlistWatcher) run(ctx context.Context) {
 	}
 }
 
-// poll reads the file if its stamp changed and applies what it says.
-func (w *allowlistWatcher) poll() {
-	st, err := w.settled()
+// poll reads the file if its stamp changed and applies what it says;
+// nothing once ctx ends.
+func (w *allowlistWatcher) poll(ctx context.Context) {
+	st, err := w.settled(ctx)
+	if ctx.Err() != nil {
+		return
+	}
 	if err != nil {
 		w.forget(err)
 		return
@@ -117,17 +121,23 @@ func (w *allowlistWatcher) poll() {
 	w.current = entries
 }
 
-// settled stats the file twice, settle apart, and reports the stamp only
-// if both agree; otherwise the zero stamp, which the last read never has
-// unless it too failed, so the next poll looks again.
-func (w *allowlistWatcher) settled() (filestamp.Stamp, error) {
+// settled stats the file twice, settle apart, and reports its stamp only
+// if both agree; otherwise the last read's, so that this poll reads
+// nothing and the next one looks again. The moment ends with ctx: the
+// session's end waits for the watcher, and a short session's would wait
+// for its first look (a gated agent's `true` is done well within it).
+func (w *allowlistWatcher) settled(ctx context.Context) (filestamp.Stamp, error) {
 	fi, err := os.Stat(w.path)
 	if err == nil && filestamp.Of(fi) == w.stamp {
 		return w.stamp, nil
 	}
 	// A file that is gone, or just changed, may be in the middle of an
 	// editor's save: give it a moment before believing it.
-	time.Sleep(w.settle)
+	select {
+	case <-ctx.Done():
+		return w.stamp, nil
+	case <-time.After(w.settle):
+	}
 	fi2, err2 := os.Stat(w.path)
 	if err2 != nil {
 		return filestamp.Stamp{}, err2

@@ -84,7 +84,7 @@ func (r *watchRecorder) run(t *testing.T) {
 }
 
 // poll has a watcher that is not running look at the file once.
-func (r *watchRecorder) poll() { r.w.poll() }
+func (r *watchRecorder) poll() { r.w.poll(context.Background()) }
 
 // replace writes content the way `agent-sandbox allow` does: a temp file
 // renamed over the list.
@@ -374,6 +374,28 @@ func TestWatchStopsWithContext(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("watchAllowlist did not return after cancel")
 	}
+}
+
+// TestWatchStopsWithinItsFirstLook: the first look waits a moment for a
+// file it has no stamp of; a session that ends meanwhile (a short one)
+// does not wait for the moment to pass.
+func TestWatchStopsWithinItsFirstLook(t *testing.T) {
+	r := newWatch(t, "a.test\n", mustParse(t, "a.test\n"))
+	r.w.settle = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		r.w.run(ctx)
+		close(done)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("the watcher did not return within a second of the session's end")
+	}
+	r.wantNothingApplied(t)
 }
 
 func TestRouterFilesApply(t *testing.T) {
