@@ -267,6 +267,61 @@ func TestRunFilterListenFails(t *testing.T) {
 	}
 }
 
+// TestRunSetUpFailureStopsTheChildren: dnsmasq and nginx start before the
+// API gate's config is read; when that fails, routerd stops them, never
+// says it is ready, and exits 1 (the launcher then ends the session).
+func TestRunSetUpFailureStopsTheChildren(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "api-policy.json")
+	if err := os.WriteFile(policy, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "child.pid")
+	port := freePort(t)
+	logs := &syncBuffer{}
+	cfg := config{
+		dnsListen: port,
+		apiPolicy: policy,
+		children:  []child{{"nginx", []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 1000"}}},
+		// The filter's own port: ready at once, were the line not held
+		// back until the set-up is done.
+		ready: []readyTarget{{"tcp", port}},
+	}
+	done := make(chan int, 1)
+	go func() { done <- run(context.Background(), cfg, logs, logs) }()
+	select {
+	case code := <-done:
+		if code != 1 {
+			t.Errorf("run = %d, want 1; log:\n%s", code, logs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run did not return after its set-up failed; log:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), policy) {
+		t.Errorf("the log does not name the policy file: %q", logs)
+	}
+	if strings.Contains(logs.String(), readyLine) {
+		t.Errorf("routerd said it was ready: %q", logs)
+	}
+	// The child may have been stopped before it wrote its pid; one left
+	// running writes it within moments.
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, 0); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("the child (pid %d) still runs after routerd returned", pid)
+		}
+		return
+	}
+}
+
 // freePort returns a loopback address whose UDP and TCP ports were just
 // free.
 func freePort(t *testing.T) string {
