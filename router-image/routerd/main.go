@@ -304,10 +304,12 @@ func startServices(ctx context.Context, cfg config, stdout io.Writer, logger *lo
 	closeGate = func() {}
 	if cfg.apiPolicy != "" {
 		gate := newAPIGate(cfg.apiPolicy, stdout, logger)
+		// Before the load: a load that fails part way closes the routes
+		// it opened too.
+		closeGate = gate.close
 		if err := gate.load(); err != nil {
 			return nil, closeGate, err
 		}
-		closeGate = gate.close
 		go gate.follow(ctx, configPoll)
 	}
 	if cfg.inspectSocket != "" {
